@@ -1,0 +1,1 @@
+//! Numbered store migrations and the runner that records `schema_version`.

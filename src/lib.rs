@@ -1,0 +1,16 @@
+//! specgate: a multi-tenant LLM gateway with exact speculative decoding.
+//!
+//! This crate holds the target engine (our own llama forward on candle), the tokenizer and
+//! chat template, generation, model fetching and the benchmarks; the pure speculative core
+//! lives in `specgate-strategies`, compute kernels in `specgate-kernels`.
+
+pub mod bench;
+pub mod chat;
+pub mod fetch;
+pub mod generate;
+pub mod loaded;
+pub mod model;
+pub mod stop;
+pub mod tokenizer;
+
+pub use specgate_strategies::{SamplingParams, TokenId};

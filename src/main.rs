@@ -1,0 +1,176 @@
+//! The `specgate` command line: the binary's edge, where errors become one-line messages.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+use specgate::chat::ChatMessage;
+use specgate::fetch::{default_model_path, ensure_default_model};
+use specgate::generate::{generate, GenerateParams};
+use specgate::loaded::LoadedModel;
+use specgate::SamplingParams;
+
+#[derive(Parser)]
+#[command(name = "specgate", version, about = "LLM gateway with exact speculative decoding")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text for one prompt, streaming it to stdout.
+    Generate(GenerateArgs),
+    /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
+    FetchModel {
+        /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
+        #[arg(long)]
+        dest: Option<PathBuf>,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Plain decode speed beside candle's quantized_llama, and the cost of verifying n tokens.
+    Decode {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// A llama-architecture GGUF file (default: the fetched SmolLM2-135M-Instruct).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when this string appears (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Print one JSON object instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The model to use: the given path, or the default one, fetched on first use.
+fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
+    match model {
+        Some(p) if p.exists() => Ok(p),
+        Some(p) => bail!("model file {} does not exist", p.display()),
+        None => Ok(ensure_default_model(&default_model_path(), &mut std::io::stderr())?),
+    }
+}
+
+fn run_generate(args: GenerateArgs) -> Result<()> {
+    let path = resolve_model(args.model)?;
+    let mut lm = LoadedModel::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let text = if args.chat {
+        lm.chat_prompt(&[ChatMessage::new("user", &args.prompt)])?
+    } else {
+        args.prompt.clone()
+    };
+    let prompt = lm.tokenizer.encode(&text)?;
+    let params = GenerateParams {
+        max_tokens: args.max_tokens,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+        },
+        seed: args.seed,
+        stop: args.stop,
+    };
+    let json = args.json;
+    let mut stdout = std::io::stdout();
+    let out = generate(&mut lm.model, &lm.tokenizer, &prompt, &params, |piece| {
+        if !json {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }
+    })?;
+    if json {
+        let v = json!({
+            "text": out.text,
+            "token_ids": out.token_ids,
+            "prompt_tokens": out.prompt_tokens,
+            "generated_tokens": out.generated_tokens,
+            "tokens_per_second": out.tokens_per_second(),
+            "target_passes": out.target_passes,
+            "finish_reason": out.finish_reason,
+        });
+        println!("{v}");
+    } else {
+        println!();
+        eprintln!(
+            "{:.1} tokens/s, {} prompt tokens, {} generated tokens",
+            out.tokens_per_second(),
+            out.prompt_tokens,
+            out.generated_tokens
+        );
+    }
+    Ok(())
+}
+
+fn run() -> Result<()> {
+    match Cli::parse().command {
+        Command::Generate(args) => run_generate(args),
+        Command::FetchModel { dest } => {
+            let dest = dest.unwrap_or_else(default_model_path);
+            let path = ensure_default_model(&dest, &mut std::io::stderr())?;
+            println!("{}", path.display());
+            Ok(())
+        }
+        Command::Bench { which: BenchCommand::Decode { model, runs, tokens, json } } => {
+            let path = resolve_model(model)?;
+            let report = specgate::bench::bench_decode(&path, runs, tokens, &mut std::io::stdout())?;
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error and its causes.
+            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", msg.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}

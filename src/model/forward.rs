@@ -1,0 +1,158 @@
+//! The ragged forward pass.
+
+use super::*;
+
+impl Model {
+    /// Append each item's tokens to its sequence in one pass: linear layers run over all rows
+    /// of all items at once, attention per sequence. Nothing is changed if validation fails.
+    pub fn forward(
+        &mut self,
+        items: &[BatchItem<'_>],
+        opts: ForwardOptions,
+    ) -> Result<BatchOutput, ModelError> {
+        let depth = self.validate(items, opts)?;
+        let cfg = &self.config;
+        let hidden = cfg.hidden;
+        let total: usize = items.iter().map(|it| it.tokens.len()).sum();
+
+        // Start positions before this pass, per item.
+        let starts: Vec<usize> = items.iter().map(|it| self.caches[&it.seq].len()).collect();
+        let mut x = Vec::with_capacity(total * hidden); // [total, hidden]
+        for it in items {
+            for &t in it.tokens {
+                x.extend_from_slice(&self.weights.embeddings[t as usize * hidden..][..hidden]);
+            }
+        }
+        let shape = AttnShape {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+        };
+        let q_width = cfg.n_heads * cfg.head_dim;
+        let kv_width = cfg.kv_width();
+        let mut xn = vec![0.0f32; total * hidden];
+        let mut attn = vec![0.0f32; total * q_width];
+        for (l, layer) in self.weights.layers[..depth].iter().enumerate() {
+            rms_norm(&x, &layer.attn_norm, cfg.rms_eps, &mut xn);
+            let mut q = layer.wq.forward(&xn)?; // [total, q_width]
+            let mut k = layer.wk.forward(&xn)?; // [total, kv_width]
+            let v = layer.wv.forward(&xn)?; // [total, kv_width]
+            let mut row = 0;
+            for (it, &start) in items.iter().zip(&starts) {
+                let n = it.tokens.len();
+                for i in 0..n {
+                    let r = row + i;
+                    self.rope.apply(&mut q[r * q_width..][..q_width], cfg.head_dim, start + i);
+                    self.rope.apply(&mut k[r * kv_width..][..kv_width], cfg.head_dim, start + i);
+                }
+                let cache = self.caches.get_mut(&it.seq).ok_or(ModelError::UnknownSequence(it.seq))?;
+                let rows = row * kv_width..(row + n) * kv_width;
+                cache.append(l, &k[rows.clone()], &v[rows]);
+                let (keys, values) = cache.layer(l);
+                causal_attention(
+                    shape,
+                    &q[row * q_width..(row + n) * q_width],
+                    keys,
+                    values,
+                    &mut attn[row * q_width..(row + n) * q_width],
+                );
+                row += n;
+            }
+            add_in_place(&mut x, &layer.wo.forward(&attn)?);
+            rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
+            let mut gate = layer.gate.forward(&xn)?; // [total, ffn]
+            let up = layer.up.forward(&xn)?;
+            for (g, u) in gate.iter_mut().zip(&up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            add_in_place(&mut x, &layer.down.forward(&gate)?);
+        }
+        self.head(items, &x, opts)
+    }
+
+    /// Final norm and LM head over only the rows that asked for logits.
+    fn head(
+        &self,
+        items: &[BatchItem<'_>],
+        x: &[f32],
+        opts: ForwardOptions,
+    ) -> Result<BatchOutput, ModelError> {
+        let hidden = self.config.hidden;
+        let mut picked = Vec::new(); // [rows, hidden]
+        let mut spans = Vec::with_capacity(items.len());
+        let mut row = 0;
+        let mut out_rows = 0;
+        for it in items {
+            let n = it.tokens.len();
+            let wanted = match it.logits {
+                LogitRows::None => row..row,
+                LogitRows::Last => row + n.saturating_sub(1)..row + n,
+                LogitRows::All => row..row + n,
+            };
+            picked.extend_from_slice(&x[wanted.start * hidden..wanted.end * hidden]);
+            spans.push(out_rows..out_rows + wanted.len());
+            out_rows += wanted.len();
+            row += n;
+        }
+        let mut normed = vec![0.0f32; picked.len()];
+        rms_norm(&picked, &self.weights.output_norm, self.config.rms_eps, &mut normed);
+        let logits = self.weights.lm_head.forward(&normed)?;
+        Ok(BatchOutput {
+            vocab: self.weights.lm_head.out_dim(),
+            hidden_dim: hidden,
+            logits,
+            hidden: if opts.hidden { normed } else { Vec::new() },
+            spans,
+        })
+    }
+
+    /// Check a batch before touching any cache; returns the number of layers to run.
+    fn validate(&self, items: &[BatchItem<'_>], opts: ForwardOptions) -> Result<usize, ModelError> {
+        let cfg = &self.config;
+        let depth = opts.exit_layer.unwrap_or(cfg.n_layers);
+        if depth == 0 || depth > cfg.n_layers {
+            return Err(ModelError::Invalid(format!(
+                "exit layer {depth} outside 1..={}",
+                cfg.n_layers
+            )));
+        }
+        let limit = cfg.context_length.min(self.rope.positions());
+        let mut seen = std::collections::HashSet::new();
+        for it in items {
+            if !seen.insert(it.seq) {
+                return Err(ModelError::DuplicateSequence(it.seq));
+            }
+            let cache = self.caches.get(&it.seq).ok_or(ModelError::UnknownSequence(it.seq))?;
+            let len = cache.len();
+            if (1..depth).any(|l| cache.layer_len(l) != len) {
+                return Err(ModelError::Invalid(format!(
+                    "sequence {:?} has layers of unequal length; truncate it first",
+                    it.seq
+                )));
+            }
+            if len + it.tokens.len() > limit {
+                return Err(ModelError::ContextOverflow { needed: len + it.tokens.len(), limit });
+            }
+            if let Some(&bad) = it.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+                return Err(ModelError::BadToken(bad));
+            }
+        }
+        Ok(depth)
+    }
+}
+
+/// RMSNorm as ggml computes it (sum of squares in f64). `x`, `out`: [rows, dim]; `w`: [dim].
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let dim = w.len();
+    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let sum: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let scale = 1.0 / ((sum / dim as f64) as f32 + eps).sqrt();
+        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
+            *o = v * scale * g;
+        }
+    }
+}
+
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}

@@ -1,0 +1,101 @@
+//! Loading a llama-architecture GGUF file into the weights the forward pass uses.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{self, Content};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Device;
+
+use super::config::ModelConfig;
+use super::linear::Linear;
+use super::ModelError;
+
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>, // [hidden]
+    pub wq: Linear,
+    pub wk: Linear,
+    pub wv: Linear,
+    pub wo: Linear,
+    pub ffn_norm: Vec<f32>, // [hidden]
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+pub struct Weights {
+    pub embeddings: Vec<f32>, // [vocab, hidden], dequantized once for row lookups
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>, // [hidden]
+    pub lm_head: Linear,
+    /// Quant type of each layer's attention Q weight, for reports.
+    pub dtype: GgmlDType,
+}
+
+pub struct LoadedGguf {
+    pub content: Content,
+    pub config: ModelConfig,
+    pub weights: Weights,
+}
+
+/// Parse the header and metadata only (tokenizer and config), without reading tensors.
+pub fn read_header(path: &Path) -> Result<(Content, BufReader<File>), ModelError> {
+    let file = File::open(path)
+        .map_err(|e| ModelError::Io(format!("cannot open model {}: {e}", path.display())))?;
+    let mut reader = BufReader::new(file);
+    let content = gguf_file::Content::read(&mut reader).map_err(|e| {
+        ModelError::Format(format!("{} is not a readable GGUF file: {e}", path.display()))
+    })?;
+    Ok((content, reader))
+}
+
+fn dequantize(t: &QTensor) -> Result<Vec<f32>, ModelError> {
+    Ok(t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+pub fn load(path: &Path) -> Result<LoadedGguf, ModelError> {
+    let (content, mut reader) = read_header(path)?;
+    let config = ModelConfig::from_metadata(&content.metadata)?;
+    let mut tensor = |name: &str| {
+        content.tensor(&mut reader, name, &Device::Cpu).map_err(|e| {
+            ModelError::Format(format!("tensor {name} in {}: {e}", path.display()))
+        })
+    };
+    let embd = tensor("token_embd.weight")?;
+    let embeddings = dequantize(&embd)?;
+    let mut layers = Vec::with_capacity(config.n_layers);
+    let mut dtype = GgmlDType::F32;
+    for l in 0..config.n_layers {
+        let mut t = |suffix: &str| tensor(&format!("blk.{l}.{suffix}"));
+        let wq = t("attn_q.weight")?;
+        dtype = wq.dtype();
+        layers.push(LayerWeights {
+            attn_norm: dequantize(&t("attn_norm.weight")?)?,
+            wq: Linear::new(wq)?,
+            wk: Linear::new(t("attn_k.weight")?)?,
+            wv: Linear::new(t("attn_v.weight")?)?,
+            wo: Linear::new(t("attn_output.weight")?)?,
+            ffn_norm: dequantize(&t("ffn_norm.weight")?)?,
+            gate: Linear::new(t("ffn_gate.weight")?)?,
+            up: Linear::new(t("ffn_up.weight")?)?,
+            down: Linear::new(t("ffn_down.weight")?)?,
+        });
+    }
+    let output_norm = dequantize(&tensor("output_norm.weight")?)?;
+    // Tied embeddings: models without `output.weight` reuse the token embedding as LM head.
+    let lm_head = match content.tensor_infos.contains_key("output.weight") {
+        true => Linear::new(tensor("output.weight")?)?,
+        false => Linear::new(embd)?,
+    };
+    if embeddings.len() != config.vocab_size * config.hidden {
+        return Err(ModelError::Format(format!(
+            "token_embd has {} values, expected vocab {} x hidden {}",
+            embeddings.len(),
+            config.vocab_size,
+            config.hidden
+        )));
+    }
+    let weights = Weights { embeddings, layers, output_norm, lm_head, dtype };
+    Ok(LoadedGguf { content, config, weights })
+}
