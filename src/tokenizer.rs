@@ -51,7 +51,9 @@ fn strings(md: &HashMap<String, Value>, key: &str) -> Result<Vec<String>, Tokeni
 
 impl Tokenizer {
     pub fn from_gguf_metadata(md: &HashMap<String, Value>) -> Result<Self, TokenizerError> {
-        let model = md.get("tokenizer.ggml.model").and_then(|v| v.to_string().ok());
+        let model = md
+            .get("tokenizer.ggml.model")
+            .and_then(|v| v.to_string().ok());
         if model.map(String::as_str) != Some("gpt2") {
             return Err(TokenizerError::Unsupported(format!(
                 "tokenizer.ggml.model {model:?} (only gpt2-style BPE is supported)"
@@ -70,12 +72,18 @@ impl Tokenizer {
                 .to_vec()
                 .map_err(|e| md_err("tokenizer.ggml.token_type", e))?
                 .iter()
-                .map(|t| t.to_i32().map_err(|e| md_err("tokenizer.ggml.token_type", e)))
+                .map(|t| {
+                    t.to_i32()
+                        .map_err(|e| md_err("tokenizer.ggml.token_type", e))
+                })
                 .collect::<Result<_, _>>()?,
             None => vec![1; tokens.len()],
         };
-        let vocab: ahash::AHashMap<String, u32> =
-            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let vocab: ahash::AHashMap<String, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .build()
@@ -94,14 +102,23 @@ impl Tokenizer {
             .filter(|(_, &s)| s)
             .map(|(t, _)| AddedToken::from(t.clone(), true))
             .collect();
-        inner.add_special_tokens(added).map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
+        inner
+            .add_special_tokens(added)
+            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
         let eos = md
             .get("tokenizer.ggml.eos_token_id")
             .and_then(|v| v.to_u32().ok())
             .ok_or_else(|| md_err("tokenizer.ggml.eos_token_id", "missing"))?;
-        let chat_template =
-            md.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
-        Ok(Self { inner, eos, special, chat_template })
+        let chat_template = md
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .cloned();
+        Ok(Self {
+            inner,
+            eos,
+            special,
+            chat_template,
+        })
     }
 
     /// Token ids for text; special-token strings in the text become their single ids.
@@ -115,7 +132,9 @@ impl Tokenizer {
 
     /// Text for ids, special tokens included as written (round-trips `encode`).
     pub fn decode(&self, ids: &[TokenId]) -> Result<String, TokenizerError> {
-        self.inner.decode(ids, false).map_err(|e| TokenizerError::Tokenizers(e.to_string()))
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))
     }
 
     pub fn eos(&self) -> TokenId {
@@ -177,6 +196,9 @@ impl StreamDecoder {
         let now = tok.decode(&self.ids[self.prefix..])?;
         self.prefix = self.ids.len();
         self.read = self.ids.len();
-        Ok(now.get(before.len()..).filter(|p| !p.is_empty()).map(str::to_string))
+        Ok(now
+            .get(before.len()..)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string))
     }
 }

@@ -1,4 +1,11 @@
 //! Causal attention of new query rows over one sequence's cache, with grouped KV heads.
+//!
+//! Rounding follows llama.cpp's CPU path with its default f16 cache: the query is rounded to
+//! f16 for the QK dot, the softmax weights to f16 for the weighted sum of values, and every
+//! sum accumulates in f32. Matching the reference's rounding keeps greedy output in step with
+//! it on near-ties (measured: without it, logits differ from llama.cpp's by a median 0.2).
+
+use half::f16;
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -16,11 +23,15 @@ pub struct AttnShape {
 pub fn causal_attention(
     shape: AttnShape,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[f16],
+    values: &[f16],
     out: &mut [f32],
 ) {
-    let AttnShape { n_heads, n_kv_heads, head_dim } = shape;
+    let AttnShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = shape;
     let q_width = n_heads * head_dim;
     let kv_width = n_kv_heads * head_dim;
     let rows = q.len() / q_width;
@@ -28,15 +39,22 @@ pub fn causal_attention(
     let group = n_heads / n_kv_heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let mut scores = vec![0.0f32; cache_len];
+    let mut qh = vec![0.0f32; head_dim];
+    let mut vt = vec![0.0f32; head_dim];
     for r in 0..rows {
         let visible = cache_len - rows + r + 1;
         for h in 0..n_heads {
             let kvh = h / group;
-            let qh = &q[r * q_width + h * head_dim..][..head_dim];
+            for (d, &x) in qh
+                .iter_mut()
+                .zip(&q[r * q_width + h * head_dim..][..head_dim])
+            {
+                *d = round_f16(x);
+            }
             let mut max = f32::NEG_INFINITY;
             for (t, s) in scores[..visible].iter_mut().enumerate() {
                 let kt = &keys[t * kv_width + kvh * head_dim..][..head_dim];
-                *s = dot(qh, kt) * scale;
+                *s = dot_f16(&qh, kt) * scale;
                 max = max.max(*s);
             }
             let mut sum = 0.0f32;
@@ -48,9 +66,10 @@ pub fn causal_attention(
             o.fill(0.0);
             let inv = 1.0 / sum;
             for (t, &s) in scores[..visible].iter().enumerate() {
-                let vt = &values[t * kv_width + kvh * head_dim..][..head_dim];
-                let w = s * inv;
-                for (oi, &vi) in o.iter_mut().zip(vt) {
+                let src = &values[t * kv_width + kvh * head_dim..][..head_dim];
+                vt.iter_mut().zip(src).for_each(|(d, v)| *d = v.to_f32());
+                let w = round_f16(s * inv);
+                for (oi, &vi) in o.iter_mut().zip(&vt) {
                     *oi += w * vi;
                 }
             }
@@ -59,18 +78,23 @@ pub fn causal_attention(
 }
 
 #[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn round_f16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+#[inline]
+fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
     // Eight partial sums let the compiler vectorise without reassociating a single chain.
     let mut acc = [0.0f32; 8];
     let chunks = a.len() / 8;
     for c in 0..chunks {
         for i in 0..8 {
-            acc[i] += a[c * 8 + i] * b[c * 8 + i];
+            acc[i] += a[c * 8 + i] * b[c * 8 + i].to_f32();
         }
     }
     let mut s: f32 = acc.iter().sum();
     for i in chunks * 8..a.len() {
-        s += a[i] * b[i];
+        s += a[i] * b[i].to_f32();
     }
     s
 }
@@ -81,9 +105,14 @@ mod tests {
 
     #[test]
     fn single_key_returns_its_value_and_mask_hides_the_future() {
-        let shape = AttnShape { n_heads: 2, n_kv_heads: 1, head_dim: 2 };
-        let keys = [1.0, 0.0, 0.0, 1.0];
-        let values = [10.0, 20.0, 30.0, 40.0];
+        let shape = AttnShape {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 2,
+        };
+        let h = |xs: [f32; 4]| xs.map(f16::from_f32);
+        let keys = h([1.0, 0.0, 0.0, 1.0]);
+        let values = h([10.0, 20.0, 30.0, 40.0]);
         let q = [1.0, 0.0, 0.0, 1.0, 5.0, 0.0, 0.0, 5.0]; // 2 rows, 2 heads
         let mut out = [0.0f32; 8];
         causal_attention(shape, &q, &keys, &values, &mut out);
@@ -92,6 +121,6 @@ mod tests {
         // Row 1 sees both positions; its weights favour neither more than softmax says.
         let w0 = 1.0 / (1.0 + (5.0f32 / 2f32.sqrt()).exp()); // head 0: scores 5/√2, 0
         let expect = w0 * 30.0 + (1.0 - w0) * 10.0;
-        assert!((out[4] - expect).abs() < 1e-4, "{} vs {expect}", out[4]);
+        assert!((out[4] - expect).abs() < 1e-2, "{} vs {expect}", out[4]);
     }
 }

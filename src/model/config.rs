@@ -23,7 +23,8 @@ pub struct ModelConfig {
 }
 
 fn get<'a>(md: &'a HashMap<String, Value>, key: &str) -> Result<&'a Value, ModelError> {
-    md.get(key).ok_or_else(|| ModelError::Metadata(format!("missing key {key}")))
+    md.get(key)
+        .ok_or_else(|| ModelError::Metadata(format!("missing key {key}")))
 }
 
 fn get_u32(md: &HashMap<String, Value>, key: &str) -> Result<usize, ModelError> {
@@ -56,9 +57,8 @@ impl ModelConfig {
             )));
         }
         let head_dim = hidden / n_heads;
-        let f32_or = |key: &str, default: f32| {
-            md.get(key).and_then(|v| v.to_f32().ok()).unwrap_or(default)
-        };
+        let f32_or =
+            |key: &str, default: f32| md.get(key).and_then(|v| v.to_f32().ok()).unwrap_or(default);
         let vocab_size = match md.get("llama.vocab_size").and_then(|v| v.to_u32().ok()) {
             Some(v) => v as usize,
             None => get(md, "tokenizer.ggml.tokens")?

@@ -42,10 +42,15 @@ impl Model {
                 let n = it.tokens.len();
                 for i in 0..n {
                     let r = row + i;
-                    self.rope.apply(&mut q[r * q_width..][..q_width], cfg.head_dim, start + i);
-                    self.rope.apply(&mut k[r * kv_width..][..kv_width], cfg.head_dim, start + i);
+                    self.rope
+                        .apply(&mut q[r * q_width..][..q_width], cfg.head_dim, start + i);
+                    self.rope
+                        .apply(&mut k[r * kv_width..][..kv_width], cfg.head_dim, start + i);
                 }
-                let cache = self.caches.get_mut(&it.seq).ok_or(ModelError::UnknownSequence(it.seq))?;
+                let cache = self
+                    .caches
+                    .get_mut(&it.seq)
+                    .ok_or(ModelError::UnknownSequence(it.seq))?;
                 let rows = row * kv_width..(row + n) * kv_width;
                 cache.append(l, &k[rows.clone()], &v[rows]);
                 let (keys, values) = cache.layer(l);
@@ -95,7 +100,12 @@ impl Model {
             row += n;
         }
         let mut normed = vec![0.0f32; picked.len()];
-        rms_norm(&picked, &self.weights.output_norm, self.config.rms_eps, &mut normed);
+        rms_norm(
+            &picked,
+            &self.weights.output_norm,
+            self.config.rms_eps,
+            &mut normed,
+        );
         let logits = self.weights.lm_head.forward(&normed)?;
         Ok(BatchOutput {
             vocab: self.weights.lm_head.out_dim(),
@@ -122,7 +132,10 @@ impl Model {
             if !seen.insert(it.seq) {
                 return Err(ModelError::DuplicateSequence(it.seq));
             }
-            let cache = self.caches.get(&it.seq).ok_or(ModelError::UnknownSequence(it.seq))?;
+            let cache = self
+                .caches
+                .get(&it.seq)
+                .ok_or(ModelError::UnknownSequence(it.seq))?;
             let len = cache.len();
             if (1..depth).any(|l| cache.layer_len(l) != len) {
                 return Err(ModelError::Invalid(format!(
@@ -131,7 +144,10 @@ impl Model {
                 )));
             }
             if len + it.tokens.len() > limit {
-                return Err(ModelError::ContextOverflow { needed: len + it.tokens.len(), limit });
+                return Err(ModelError::ContextOverflow {
+                    needed: len + it.tokens.len(),
+                    limit,
+                });
             }
             if let Some(&bad) = it.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
                 return Err(ModelError::BadToken(bad));

@@ -2,18 +2,26 @@
 //!
 //! Layout per layer: `[len, n_kv_heads * head_dim]` row-major, so appending a token is one
 //! `extend` and rolling back rejected drafts is a `truncate` that copies nothing.
+//! Values are stored as f16, as llama.cpp stores them by default: half the memory of f32, and
+//! the same rounding the reference applies, so our logits track llama.cpp's closely.
+
+use half::f16;
 
 /// The KV cache of one sequence.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     width: usize,
-    keys: Vec<Vec<f32>>,   // per layer: [len, width]
-    values: Vec<Vec<f32>>, // per layer: [len, width]
+    keys: Vec<Vec<f16>>,   // per layer: [len, width]
+    values: Vec<Vec<f16>>, // per layer: [len, width]
 }
 
 impl KvCache {
     pub fn new(n_layers: usize, width: usize) -> Self {
-        Self { width, keys: vec![Vec::new(); n_layers], values: vec![Vec::new(); n_layers] }
+        Self {
+            width,
+            keys: vec![Vec::new(); n_layers],
+            values: vec![Vec::new(); n_layers],
+        }
     }
 
     /// Tokens held by layer 0 (every layer when the last forward ran the full model).
@@ -41,19 +49,19 @@ impl KvCache {
 
     /// Append rows for one layer. `k`, `v`: [rows, width].
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        self.keys[layer].extend_from_slice(k);
-        self.values[layer].extend_from_slice(v);
+        self.keys[layer].extend(k.iter().map(|&x| f16::from_f32(x)));
+        self.values[layer].extend(v.iter().map(|&x| f16::from_f32(x)));
     }
 
     /// All keys and values of one layer: ([len, width], [len, width]).
-    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+    pub fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
         (&self.keys[layer], &self.values[layer])
     }
 
     /// Bytes held (for the KV memory budget and its gauge).
     pub fn bytes(&self) -> usize {
         let floats: usize = self.keys.iter().chain(&self.values).map(Vec::len).sum();
-        floats * std::mem::size_of::<f32>()
+        floats * std::mem::size_of::<f16>()
     }
 }
 
@@ -68,7 +76,8 @@ mod tests {
         c.append(1, &[1., 2., 3., 4.], &[5., 6., 7., 8.]);
         assert_eq!(c.len(), 2);
         c.truncate(1);
-        assert_eq!(c.layer(1), (&[1., 2.][..], &[5., 6.][..]));
-        assert_eq!(c.bytes(), 4 * 4);
+        let (k, v) = c.layer(1);
+        assert_eq!((k[1].to_f32(), v[0].to_f32()), (2.0, 5.0));
+        assert_eq!((k.len(), c.bytes()), (2, 4 * 2));
     }
 }

@@ -131,8 +131,13 @@ impl Model {
         let loaded = weights::load(path)?;
         let config = loaded.config;
         let rope = Rope::new(config.rope_dim, config.rope_base, config.context_length);
-        let model =
-            Self { config, weights: loaded.weights, rope, caches: HashMap::new(), next_seq: 0 };
+        let model = Self {
+            config,
+            weights: loaded.weights,
+            rope,
+            caches: HashMap::new(),
+            next_seq: 0,
+        };
         Ok((model, loaded.content.metadata))
     }
 
@@ -160,7 +165,10 @@ impl Model {
 
     /// Roll a sequence back to `len` tokens (rejected drafts leave the cache).
     pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), ModelError> {
-        let cache = self.caches.get_mut(&seq).ok_or(ModelError::UnknownSequence(seq))?;
+        let cache = self
+            .caches
+            .get_mut(&seq)
+            .ok_or(ModelError::UnknownSequence(seq))?;
         cache.truncate(len);
         Ok(())
     }
@@ -191,7 +199,11 @@ impl Model {
         tokens: &[TokenId],
         rows: LogitRows,
     ) -> Result<BatchOutput, ModelError> {
-        let item = BatchItem { seq, tokens, logits: rows };
+        let item = BatchItem {
+            seq,
+            tokens,
+            logits: rows,
+        };
         self.forward(&[item], ForwardOptions::default())
     }
 }

@@ -45,22 +45,27 @@ pub fn read_header(path: &Path) -> Result<(Content, BufReader<File>), ModelError
         .map_err(|e| ModelError::Io(format!("cannot open model {}: {e}", path.display())))?;
     let mut reader = BufReader::new(file);
     let content = gguf_file::Content::read(&mut reader).map_err(|e| {
-        ModelError::Format(format!("{} is not a readable GGUF file: {e}", path.display()))
+        ModelError::Format(format!(
+            "{} is not a readable GGUF file: {e}",
+            path.display()
+        ))
     })?;
     Ok((content, reader))
 }
 
 fn dequantize(t: &QTensor) -> Result<Vec<f32>, ModelError> {
-    Ok(t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+    Ok(t.dequantize(&Device::Cpu)?
+        .flatten_all()?
+        .to_vec1::<f32>()?)
 }
 
 pub fn load(path: &Path) -> Result<LoadedGguf, ModelError> {
     let (content, mut reader) = read_header(path)?;
     let config = ModelConfig::from_metadata(&content.metadata)?;
     let mut tensor = |name: &str| {
-        content.tensor(&mut reader, name, &Device::Cpu).map_err(|e| {
-            ModelError::Format(format!("tensor {name} in {}: {e}", path.display()))
-        })
+        content
+            .tensor(&mut reader, name, &Device::Cpu)
+            .map_err(|e| ModelError::Format(format!("tensor {name} in {}: {e}", path.display())))
     };
     let embd = tensor("token_embd.weight")?;
     let embeddings = dequantize(&embd)?;
@@ -96,6 +101,16 @@ pub fn load(path: &Path) -> Result<LoadedGguf, ModelError> {
             config.hidden
         )));
     }
-    let weights = Weights { embeddings, layers, output_norm, lm_head, dtype };
-    Ok(LoadedGguf { content, config, weights })
+    let weights = Weights {
+        embeddings,
+        layers,
+        output_norm,
+        lm_head,
+        dtype,
+    };
+    Ok(LoadedGguf {
+        content,
+        config,
+        weights,
+    })
 }

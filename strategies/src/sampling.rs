@@ -37,7 +37,12 @@ pub enum SamplingError {
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0 }
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+        }
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -89,10 +94,16 @@ impl SamplingParams {
         let mut order: Vec<u32> = (0..probs.len() as u32).collect();
         // Ties broken by token id so the kept set never depends on the sort's stability.
         order.sort_unstable_by(|&a, &b| {
-            probs[b as usize].total_cmp(&probs[a as usize]).then(a.cmp(&b))
+            probs[b as usize]
+                .total_cmp(&probs[a as usize])
+                .then(a.cmp(&b))
         });
         let top = probs[order[0] as usize];
-        let mut keep = if self.top_k > 0 { self.top_k.min(order.len()) } else { order.len() };
+        let mut keep = if self.top_k > 0 {
+            self.top_k.min(order.len())
+        } else {
+            order.len()
+        };
         if self.top_p < 1.0 {
             let mut mass = 0.0f32;
             for (i, &t) in order[..keep].iter().enumerate() {
@@ -105,7 +116,11 @@ impl SamplingParams {
         }
         if self.min_p > 0.0 {
             let floor = self.min_p * top;
-            keep = order[..keep].iter().take_while(|&&t| probs[t as usize] >= floor).count().max(1);
+            keep = order[..keep]
+                .iter()
+                .take_while(|&&t| probs[t as usize] >= floor)
+                .count()
+                .max(1);
         }
         for &t in &order[keep..] {
             probs[t as usize] = 0.0;
@@ -159,7 +174,12 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     fn params(t: f32, k: usize, p: f32, m: f32) -> SamplingParams {
-        SamplingParams { temperature: t, top_k: k, top_p: p, min_p: m }
+        SamplingParams {
+            temperature: t,
+            top_k: k,
+            top_p: p,
+            min_p: m,
+        }
     }
 
     #[test]
@@ -198,7 +218,9 @@ mod tests {
         let logits = [0.0, 1.0f32.ln(), 3.0f32.ln()]; // probs 1/5 1/5 3/5
         let draw = |seed| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            (0..5000).map(|_| sp.sample(&logits, &mut rng)).collect::<Vec<_>>()
+            (0..5000)
+                .map(|_| sp.sample(&logits, &mut rng))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         let share = draw(7).iter().filter(|&&t| t == 2).count() as f32 / 5000.0;

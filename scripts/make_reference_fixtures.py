@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Make the reference fixtures the Rust tests compare against, with llama.cpp
+(llama-cpp-python) loading the same GGUF. Run once and commit the JSON; CI does not need
+llama.cpp.
+
+    pip install llama-cpp-python jinja2 numpy
+    python3 scripts/make_reference_fixtures.py models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Writes tests/fixtures/tokenizer_cases.json and tests/fixtures/greedy_reference.json.
+"""
+import json
+import sys
+from pathlib import Path
+
+import jinja2
+import llama_cpp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures"
+GREEDY_TOKENS = 128
+
+TOKENIZER_CASES = [
+    ("ascii", "Hello, world! This is a plain ASCII sentence."),
+    ("numbers", "In 2024 we sold 1234567 units at $19.99 (a 3.5% rise)."),
+    ("whitespace", "  leading spaces\tand tabs\n\nand blank lines   "),
+    ("code", "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n    return a + b  # TODO: overflow?\n"),
+    ("rust", "fn main() { let v: Vec<u32> = (0..10).map(|x| x * x).collect(); println!(\"{v:?}\"); }"),
+    ("accents", "Café, naïve, résumé, Ångström, façade, jalapeño, Zürich."),
+    ("portuguese", "Não há ninguém que goste de dor, que a procure e que a queira ter, só porque é dor."),
+    ("cjk", "我爱自然语言处理。東京は日本の首都です。한국어도 있어요."),
+    ("emoji", "Great job 🎉🚀! Family: 👨‍👩‍👧‍👦, flags: 🇧🇷🇯🇵, skin tone: 👍🏽"),
+    ("special", "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"),
+    ("mixed", "Résumé: 5 años en São Paulo — código `x += 1` 🙂 <|endoftext|>"),
+    ("empty", ""),
+]
+
+CHAT_PROMPTS = [
+    [{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}],
+    [{"role": "user", "content": "Write a Python class for a bank account with deposit, withdraw and balance methods, with docstrings."}],
+    [{"role": "user", "content": "Describe the history of Paris in detail."}],
+    [{"role": "system", "content": "You are a patient teacher."},
+     {"role": "user", "content": "Explain how a hash map works, with an example in Java."}],
+    [{"role": "user", "content": "Give me ten tips for learning to play the guitar, with a sentence on each."}],
+    [{"role": "user", "content": "Escreva um parágrafo longo sobre o mar."}],
+    [{"role": "user", "content": "Explain photosynthesis to a ten-year-old."}],
+    [{"role": "user", "content": "Write a short story about a dragon who is afraid of the dark."}],
+]
+
+
+def render(template: str, messages) -> str:
+    env = jinja2.Environment()
+    return env.from_string(template).render(messages=messages, add_generation_prompt=True,
+                                            bos_token="", eos_token="<|im_end|>")
+
+
+def main(model_path: str) -> None:
+    llm = llama_cpp.Llama(model_path=model_path, n_ctx=1024, n_threads=2, n_batch=512,
+                          logits_all=True, verbose=False, seed=0)
+    template = llm.metadata["tokenizer.chat_template"]
+    eos = llm.token_eos()
+
+    cases = []
+    for name, text in TOKENIZER_CASES:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+        cases.append({"name": name, "text": text, "ids": ids})
+    (FIX / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+
+    prompts = []
+    for messages in CHAT_PROMPTS:
+        text = render(template, messages)
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        llm.reset()
+        llm.eval(ids)
+        out, gaps = [], []
+        for _ in range(GREEDY_TOKENS):
+            row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            top2 = np.sort(row)[-2:]
+            tok = int(np.argmax(row))
+            out.append(tok)
+            gaps.append(float(top2[1] - top2[0]))
+            if tok == eos:
+                break
+            llm.eval([tok])
+        prompts.append({"messages": messages, "prompt_text": text, "prompt_ids": ids,
+                        "output_ids": out, "top2_gaps": [round(g, 6) for g in gaps]})
+        print(f"{len(out)} tokens, min top-2 gap {min(gaps):.2e}: {llm.detokenize(out)[:60]!r}")
+    reference = {"reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}",
+                 "model_sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                 "greedy_tokens": GREEDY_TOKENS, "prompts": prompts}
+    (FIX / "greedy_reference.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))

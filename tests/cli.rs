@@ -1,0 +1,94 @@
+//! `specgate generate` as a user runs it: JSON output, and one-line errors, never a panic.
+
+mod common;
+
+use std::process::Command;
+
+fn specgate(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_specgate"))
+        .args(args)
+        .output()
+        .expect("run");
+    let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        s(out.stdout),
+        s(out.stderr),
+    )
+}
+
+#[test]
+fn generate_json_has_the_documented_fields() {
+    let model = common::model_path();
+    let (code, stdout, stderr) = specgate(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "What is 2+2?",
+        "--chat",
+        "--max-tokens",
+        "12",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    for key in [
+        "text",
+        "token_ids",
+        "prompt_tokens",
+        "generated_tokens",
+        "tokens_per_second",
+        "target_passes",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(
+        v["generated_tokens"].as_u64(),
+        Some(v["token_ids"].as_array().unwrap().len() as u64)
+    );
+    assert!(v["generated_tokens"].as_u64().unwrap() <= 12);
+}
+
+fn assert_one_line_error(args: &[&str], needle: &str) {
+    let (code, _, stderr) = specgate(args);
+    assert_ne!(code, 0);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+}
+
+#[test]
+fn bad_model_files_and_long_prompts_give_one_line_errors() {
+    assert_one_line_error(
+        &["generate", "--model", "/nonexistent.gguf", "--prompt", "hi"],
+        "does not exist",
+    );
+    let dir = std::env::temp_dir().join(format!("specgate-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"this is not a gguf file").unwrap();
+    assert_one_line_error(
+        &[
+            "generate",
+            "--model",
+            junk.to_str().unwrap(),
+            "--prompt",
+            "hi",
+        ],
+        "GGUF",
+    );
+    let model = common::model_path();
+    let long = "word ".repeat(9000);
+    assert_one_line_error(
+        &[
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            &long,
+        ],
+        "exceeds the context",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

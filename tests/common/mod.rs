@@ -1,0 +1,45 @@
+//! Shared by the tests that run the real model: find (or fetch) it once, load it once.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use specgate::fetch::{default_model_path, ensure_default_model};
+use specgate::loaded::LoadedModel;
+
+/// The default model, fetched on first use. `SPECGATE_MODEL` points the tests at another file.
+pub fn model_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("SPECGATE_MODEL") {
+            return PathBuf::from(p);
+        }
+        let dest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(default_model_path());
+        ensure_default_model(&dest, &mut std::io::stderr()).expect("fetching the default model")
+    })
+    .clone()
+}
+
+/// One loaded model per test binary; tests take turns with it.
+pub fn model() -> MutexGuard<'static, LoadedModel> {
+    static MODEL: OnceLock<Mutex<LoadedModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Mutex::new(LoadedModel::load(&model_path()).expect("loading the model")))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub fn fixture(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
