@@ -78,6 +78,6 @@ mod tests {
         c.truncate(1);
         let (k, v) = c.layer(1);
         assert_eq!((k[1].to_f32(), v[0].to_f32()), (2.0, 5.0));
-        assert_eq!((k.len(), c.bytes()), (2, 4 * 2));
+        assert_eq!((k.len(), c.bytes()), (2, 2 * 4 * 2)); // 2 layers × (K + V) × 2 halves
     }
 }
