@@ -3,21 +3,23 @@
 //! The only divergence allowed is at a near-tie of llama.cpp's own top-2 logits; the
 //! comparison ends there (after it the two continuations legitimately differ).
 //!
-//! Measured: our linear layers, norms and RoPE reproduce llama.cpp's logits bit for bit on
-//! rows whose attention sees one or two keys; beyond that, llama.cpp's vectorised expf and
-//! f16 dot order in attention move logits by a median ~0.05 and this quantized model turns
-//! that into flips where the top-2 gap is below ~0.15. So the tie band here is 0.2 logit
-//! units, not the 1e-3 the foundation issue asks for; narrowing it means replicating ggml's
-//! attention arithmetic (see the issue's closing note).
+//! How near is near: the fixture records where llama.cpp departs from its own default run
+//! when only its arithmetic changes (an f32 KV cache, or the prompt fed one token at a time),
+//! and its top-2 gap there. Those self-divergences reach gaps of 0.30 logit units on these
+//! prompts, so a 1e-3 band (what the foundation issue asked for) is not met by llama.cpp
+//! against itself. The band used here is the largest gap at which llama.cpp departs from
+//! itself on the fixture prompts. Our linear layers, norms and RoPE reproduce its logits bit
+//! for bit on rows whose attention sees one or two keys; the rest of the drift is ggml's
+//! attention arithmetic (vectorised expf, f16 dot order).
 
 mod common;
+
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use specgate::chat::ChatMessage;
 use specgate::generate::{generate, GenerateParams};
 use specgate::SamplingParams;
-
-const TIE: f32 = 0.2;
 
 #[derive(Deserialize)]
 struct Reference {
@@ -31,6 +33,21 @@ struct Prompt {
     prompt_ids: Vec<u32>,
     output_ids: Vec<u32>,
     top2_gaps: Vec<f32>,
+    llama_cpp_self_divergence: HashMap<String, Option<Divergence>>,
+}
+
+#[derive(Deserialize)]
+struct Divergence {
+    top2_gap: f32,
+}
+
+/// The largest top-2 gap at which llama.cpp's own variants leave its default output.
+fn self_divergence_band(r: &Reference) -> f32 {
+    r.prompts
+        .iter()
+        .flat_map(|p| p.llama_cpp_self_divergence.values().flatten())
+        .map(|d| d.top2_gap)
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -38,6 +55,12 @@ fn greedy_tokens_equal_llama_cpp_except_at_ties() {
     let reference: Reference =
         serde_json::from_str(&common::fixture("greedy_reference.json")).expect("fixture");
     assert!(reference.prompts.len() >= 5);
+    let band = self_divergence_band(&reference);
+    assert!(
+        band > 0.0 && band < 0.5,
+        "implausible self-divergence band {band}"
+    );
+    eprintln!("near-tie band (llama.cpp against itself): top-2 gap < {band}");
     let mut lm = common::model();
     let lm = &mut *lm;
     let params = GenerateParams {
@@ -71,8 +94,8 @@ fn greedy_tokens_equal_llama_cpp_except_at_ties() {
         }
         let gap = p.top2_gaps[same];
         assert!(
-            gap < TIE,
-            "prompt {n}: diverged from llama.cpp at token {same} where its top-2 gap is {gap} (not a near-tie)"
+            gap <= band,
+            "prompt {n}: diverged from llama.cpp at token {same} where its top-2 gap is {gap} (beyond the near-tie band {band})"
         );
         eprintln!(
             "prompt {n}: equal for {same} tokens, then a near-tie (llama.cpp's top-2 gap {gap:.3})"
