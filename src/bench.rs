@@ -14,7 +14,7 @@ use serde::Serialize;
 use specgate_strategies::{argmax, TokenId};
 
 use crate::loaded::LoadedModel;
-use crate::model::{LogitRows, Model, SeqId};
+use crate::model::{LogitRows, MatmulBackend, Model, SeqId};
 
 /// A fixed English passage; its tokens fill the prompt and the 300-token cache.
 const BENCH_TEXT: &str = "The harbour town woke before dawn. Fishermen checked their nets, \
@@ -34,6 +34,8 @@ pub struct DecodeBenchReport {
     pub prompt_ratio: f64,
     /// (n, median seconds, ratio to n = 1) for one forward of n tokens after 300 cached.
     pub verify_cost: Vec<(usize, f64, f64)>,
+    /// The same curve for our forward on candle's QMatMul (before the kernels).
+    pub verify_cost_candle_matmul: Vec<(usize, f64, f64)>,
     /// Leading greedy tokens on which ours and the reference agree.
     pub greedy_agreement: usize,
 }
@@ -156,7 +158,11 @@ pub fn bench_decode(
         ours_p.push(op);
         ref_p.push(rp);
     }
-    let verify_cost = verify_cost_curve(&mut lm.model, &tokens, 300, &[1, 2, 4, 8, 16], 7)?;
+    let ns = [1, 2, 4, 8, 16];
+    let verify_cost = verify_cost_curve(&mut lm.model, &tokens, 300, &ns, 7)?;
+    drop(reference);
+    let mut on_candle = LoadedModel::load_with(path, MatmulBackend::Candle)?;
+    let verify_cost_candle_matmul = verify_cost_curve(&mut on_candle.model, &tokens, 300, &ns, 7)?;
     let report = DecodeBenchReport {
         threads,
         decode_tokens,
@@ -167,6 +173,7 @@ pub fn bench_decode(
         ours_prompt_tps: ours_p,
         reference_prompt_tps: ref_p,
         verify_cost,
+        verify_cost_candle_matmul,
         greedy_agreement: agreement,
     };
     writeln!(
@@ -193,10 +200,24 @@ pub fn bench_decode(
     )?;
     writeln!(
         out,
-        "\nforward of n tokens after a 300-token cache:\n| n | ms | ratio to n=1 |\n|---|---|---|"
+        "\nforward of n tokens after a 300-token cache (medians of 7):"
     )?;
-    for (n, s, r) in &report.verify_cost {
-        writeln!(out, "| {n} | {:.2} | {r:.2} |", s * 1e3)?;
+    writeln!(
+        out,
+        "| n | kernels ms | ratio to n=1 | candle QMatMul ms | ratio to n=1 |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for ((n, s, r), (_, cs, cr)) in report
+        .verify_cost
+        .iter()
+        .zip(&report.verify_cost_candle_matmul)
+    {
+        writeln!(
+            out,
+            "| {n} | {:.2} | {r:.2} | {:.2} | {cr:.2} |",
+            s * 1e3,
+            cs * 1e3
+        )?;
     }
     writeln!(
         out,

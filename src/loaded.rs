@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::chat::{render_chat, ChatError, ChatMessage};
-use crate::model::{Model, ModelError};
+use crate::model::{MatmulBackend, Model, ModelError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +21,11 @@ pub struct LoadedModel {
 
 impl LoadedModel {
     pub fn load(path: &Path) -> Result<Self, LoadError> {
-        let (model, metadata) = Model::load_with_metadata(path)?;
+        Self::load_with(path, MatmulBackend::default())
+    }
+
+    pub fn load_with(path: &Path, backend: MatmulBackend) -> Result<Self, LoadError> {
+        let (model, metadata) = Model::load_with_metadata(path, backend)?;
         let tokenizer = Tokenizer::from_gguf_metadata(&metadata)?;
         if tokenizer.vocab_size() != model.config().vocab_size {
             return Err(ModelError::Format(format!(

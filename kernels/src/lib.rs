@@ -5,8 +5,9 @@
 //! half to even, block sum in f32 then f16), sums integer products per block, and reads each
 //! weight row once for all activation rows of a call (the k+1 rows of a verify pass).
 
+mod dot;
 pub mod qmatmul;
 pub mod quantize;
 
-pub use qmatmul::{QuantFormat, QuantMatrix};
-pub use quantize::{quantize_row_q8, Q8Row};
+pub use qmatmul::{Isa, QuantFormat, QuantMatrix};
+pub use quantize::{quantize_rows, Q8Batch};

@@ -9,10 +9,13 @@
 //! the end: the order of ggml's AVX2 `vec_dot_q4_1_q8_1` / `vec_dot_q8_0_q8_0`, so results
 //! track llama.cpp's to float rounding.
 
+use std::sync::OnceLock;
+
 use half::f16;
 use rayon::prelude::*;
 
-use crate::quantize::{quantize_row_q8, Q8Row, QK};
+use crate::dot::{self, WeightRow};
+use crate::quantize::{quantize_rows, Q8Batch, QK};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum KernelError {
@@ -136,195 +139,164 @@ impl QuantMatrix {
         out
     }
 
+    /// Stack matrices with the same format and input width into one (fused Q/K/V or
+    /// gate/up projections: one pass over the activations, one thread dispatch).
+    pub fn concat(parts: &[&QuantMatrix]) -> Option<QuantMatrix> {
+        let first = parts.first()?;
+        if parts
+            .iter()
+            .any(|p| p.format != first.format || p.in_dim != first.in_dim)
+        {
+            return None;
+        }
+        Some(QuantMatrix {
+            format: first.format,
+            out_dim: parts.iter().map(|p| p.out_dim).sum(),
+            in_dim: first.in_dim,
+            d: parts.iter().flat_map(|p| p.d.iter().copied()).collect(),
+            m: parts.iter().flat_map(|p| p.m.iter().copied()).collect(),
+            qs: parts.iter().flat_map(|p| p.qs.iter().copied()).collect(),
+        })
+    }
+
     /// `xs`: [rows, in_dim] → [rows, out_dim], using the fastest kernel this CPU runs.
     pub fn matmul(&self, xs: &[f32]) -> Vec<f32> {
-        self.matmul_with(xs, simd_available())
+        self.matmul_with(xs, Isa::detect())
     }
 
-    /// The portable reference kernel (same arithmetic, no explicit SIMD target).
-    pub fn matmul_reference(&self, xs: &[f32]) -> Vec<f32> {
-        self.matmul_with(xs, false)
-    }
-
-    fn matmul_with(&self, xs: &[f32], simd: bool) -> Vec<f32> {
-        let rows = xs.len() / self.in_dim;
-        let acts: Vec<Q8Row> = xs
-            .chunks_exact(self.in_dim)
-            .map(|x| {
-                let mut q = Q8Row::default();
-                quantize_row_q8(x, &mut q);
-                q
-            })
-            .collect();
+    /// The same product with a chosen instruction set (tests compare them all).
+    pub fn matmul_with(&self, xs: &[f32], isa: Isa) -> Vec<f32> {
+        let acts = quantize_rows(xs, self.in_dim);
+        let rows = acts.rows;
+        if rows == 0 {
+            return Vec::new();
+        }
         // Features-major scratch so each thread owns a contiguous chunk: [out_dim, rows].
         let mut t = vec![0.0f32; self.out_dim * rows];
-        let chunk = 16usize;
-        t.par_chunks_mut(chunk * rows.max(1))
+        let features_per_task = 32;
+        t.par_chunks_mut(features_per_task * rows)
             .enumerate()
             .for_each(|(c, out)| {
-                for (k, o) in out.chunks_exact_mut(rows.max(1)).enumerate() {
-                    let r = c * chunk + k;
-                    for (a, v) in acts.iter().zip(o.iter_mut()) {
-                        *v = self.dot(r, a, simd);
-                    }
+                for (k, o) in out.chunks_exact_mut(rows).enumerate() {
+                    self.row_dots(c * features_per_task + k, &acts, o, isa);
                 }
             });
         let mut y = vec![0.0f32; rows * self.out_dim];
-        for f in 0..self.out_dim {
-            for r in 0..rows {
-                y[r * self.out_dim + f] = t[f * rows + r];
+        for (f, col) in t.chunks_exact(rows).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                y[r * self.out_dim + f] = v;
             }
         }
         y
     }
 
-    #[inline]
-    fn dot(&self, r: usize, a: &Q8Row, simd: bool) -> f32 {
+    /// Weight row `f` dotted with every activation row, in tiles of up to 4 rows.
+    fn row_dots(&self, f: usize, acts: &Q8Batch, out: &mut [f32], isa: Isa) {
         let nb = self.in_dim / QK;
         let w = WeightRow {
-            d: &self.d[r * nb..][..nb],
+            d: &self.d[f * nb..][..nb],
             m: if self.m.is_empty() {
                 &[]
             } else {
-                &self.m[r * nb..][..nb]
+                &self.m[f * nb..][..nb]
             },
             qs: match self.format {
-                QuantFormat::Q4_1 => &self.qs[r * nb * 16..][..nb * 16],
-                QuantFormat::Q8_0 => &self.qs[r * nb * 32..][..nb * 32],
+                QuantFormat::Q4_1 => &self.qs[f * nb * 16..][..nb * 16],
+                QuantFormat::Q8_0 => &self.qs[f * nb * QK..][..nb * QK],
             },
         };
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: `simd` is true only when the CPU reports AVX2 and FMA.
-            return unsafe {
-                match self.format {
-                    QuantFormat::Q4_1 => dot_q4_1_avx2(&w, a),
-                    QuantFormat::Q8_0 => dot_q8_0_avx2(&w, a),
+        let mut r0 = 0;
+        while r0 < out.len() {
+            let n = (out.len() - r0).min(4);
+            tile(self.format, isa, n, &w, acts, r0, &mut out[r0..r0 + n]);
+            r0 += n;
+        }
+    }
+}
+
+/// The instruction set a product runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Portable,
+    Avx2,
+    AvxVnni,
+}
+
+impl Isa {
+    /// The best this CPU supports (checked once).
+    pub fn detect() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+                if avx2 && is_x86_feature_detected!("avxvnni") {
+                    return Isa::AvxVnni;
+                }
+                if avx2 {
+                    return Isa::Avx2;
+                }
+            }
+            Isa::Portable
+        })
+    }
+
+    /// Every instruction set this CPU can run (for tests).
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        [Isa::Portable, Isa::Avx2, Isa::AvxVnni]
+            .into_iter()
+            .filter(|&i| i <= best)
+            .collect()
+    }
+}
+
+impl PartialOrd for Isa {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some((*self as u8).cmp(&(*other as u8)))
+    }
+}
+
+/// Dispatch one tile of `n` (1..=4) rows to the kernel for `format` and `isa`.
+fn tile(
+    format: QuantFormat,
+    isa: Isa,
+    n: usize,
+    w: &WeightRow,
+    a: &Q8Batch,
+    r0: usize,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use dot::x86::*;
+        macro_rules! by_size {
+            ($k:ident) => {
+                // SAFETY: `isa` comes from Isa::detect (or is below it), so the CPU has the
+                // features; the weight row and activations hold `nb` blocks per row.
+                unsafe {
+                    match n {
+                        4 => $k::<4>(w, a, r0, out),
+                        3 => $k::<3>(w, a, r0, out),
+                        2 => $k::<2>(w, a, r0, out),
+                        _ => $k::<1>(w, a, r0, out),
+                    }
                 }
             };
         }
-        let _ = simd;
-        match self.format {
-            QuantFormat::Q4_1 => dot_q4_1(&w, a),
-            QuantFormat::Q8_0 => dot_q8_0(&w, a),
+        match (format, isa) {
+            (QuantFormat::Q4_1, Isa::AvxVnni) => return by_size!(q4_1_vnni),
+            (QuantFormat::Q8_0, Isa::AvxVnni) => return by_size!(q8_0_vnni),
+            (QuantFormat::Q4_1, Isa::Avx2) => return by_size!(q4_1_avx2),
+            (QuantFormat::Q8_0, Isa::Avx2) => return by_size!(q8_0_avx2),
+            _ => {}
         }
     }
-}
-
-/// One weight row's blocks.
-struct WeightRow<'a> {
-    d: &'a [f32],
-    m: &'a [f32],
-    qs: &'a [u8],
-}
-
-pub fn simd_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    let _ = n;
+    match format {
+        QuantFormat::Q4_1 => dot::q4_1_portable(w, a, r0, out),
+        QuantFormat::Q8_0 => dot::q8_0_portable(w, a, r0, out),
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// ggml's `hsum_float_8`: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
-#[inline(always)]
-fn hsum8(a: [f32; 8]) -> f32 {
-    let h = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-    (h[0] + h[2]) + (h[1] + h[3])
-}
-
-#[inline(always)]
-fn dot_q4_1(w: &WeightRow, a: &Q8Row) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let mut summs = 0.0f32;
-    for b in 0..w.d.len() {
-        let q = &w.qs[b * 16..][..16];
-        let y = &a.qs[b * QK..][..QK];
-        let mut lane = [0i32; 8];
-        for j in 0..16 {
-            lane[j / 4] += (q[j] & 0xF) as i32 * y[j] as i32;
-            lane[4 + j / 4] += (q[j] >> 4) as i32 * y[j + 16] as i32;
-        }
-        summs += w.m[b] * a.s[b];
-        let dd = w.d[b] * a.d[b];
-        for l in 0..8 {
-            acc[l] = dd.mul_add(lane[l] as f32, acc[l]);
-        }
-    }
-    hsum8(acc) + summs
-}
-
-#[inline(always)]
-fn dot_q8_0(w: &WeightRow, a: &Q8Row) -> f32 {
-    let mut acc = [0.0f32; 8];
-    for b in 0..w.d.len() {
-        let q = &w.qs[b * QK..][..QK];
-        let y = &a.qs[b * QK..][..QK];
-        let mut lane = [0i32; 8];
-        for j in 0..QK {
-            lane[j / 4] += (q[j] as i8) as i32 * y[j] as i32;
-        }
-        let dd = w.d[b] * a.d[b];
-        for l in 0..8 {
-            acc[l] = dd.mul_add(lane[l] as f32, acc[l]);
-        }
-    }
-    hsum8(acc)
-}
-
-// AVX2 versions: the same lanes (maddubs pairs bytes, madd pairs those, so i32 lane l holds
-// elements 4l..4l+3), the same fused multiply-add per block and the same final fold as the
-// portable bodies above, so both give identical results. No i16 saturation is possible:
-// Q4_1 pairs reach 2·15·127, Q8_0 pairs (sign trick) 2·127·127, both below 32767.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_q4_1_avx2(w: &WeightRow, a: &Q8Row) -> f32 {
-    use std::arch::x86_64::*;
-    let nb = w.d.len();
-    debug_assert!(w.qs.len() >= nb * 16 && a.qs.len() >= nb * QK && w.m.len() >= nb);
-    let low = _mm_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
-    for b in 0..nb {
-        // SAFETY: the slices hold nb blocks (asserted above); loads are unaligned.
-        let packed = _mm_loadu_si128(w.qs.as_ptr().add(b * 16) as *const __m128i);
-        let lo = _mm_and_si128(packed, low);
-        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-        let qx = _mm256_set_m128i(hi, lo);
-        let qy = _mm256_loadu_si256(a.qs.as_ptr().add(b * QK) as *const __m256i);
-        let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(qx, qy), ones);
-        summs += *w.m.get_unchecked(b) * *a.s.get_unchecked(b);
-        let dd = _mm256_set1_ps(*w.d.get_unchecked(b) * *a.d.get_unchecked(b));
-        acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(lanes), acc);
-    }
-    let mut out = [0.0f32; 8];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
-    hsum8(out) + summs
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_q8_0_avx2(w: &WeightRow, a: &Q8Row) -> f32 {
-    use std::arch::x86_64::*;
-    let nb = w.d.len();
-    debug_assert!(w.qs.len() >= nb * QK && a.qs.len() >= nb * QK);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
-        // SAFETY: the slices hold nb blocks (asserted above); loads are unaligned.
-        let qx = _mm256_loadu_si256(w.qs.as_ptr().add(b * QK) as *const __m256i);
-        let qy = _mm256_loadu_si256(a.qs.as_ptr().add(b * QK) as *const __m256i);
-        let ax = _mm256_sign_epi8(qx, qx);
-        let sy = _mm256_sign_epi8(qy, qx);
-        let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones);
-        let dd = _mm256_set1_ps(*w.d.get_unchecked(b) * *a.d.get_unchecked(b));
-        acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(lanes), acc);
-    }
-    let mut out = [0.0f32; 8];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
-    hsum8(out)
 }
 
 #[cfg(test)]
@@ -390,12 +362,14 @@ mod tests {
                         }
                     })
                     .collect();
-                let fast = m.matmul(&x);
-                let reference = m.matmul_reference(&x);
-                assert_eq!(
-                    fast, reference,
-                    "{format:?} rows {rows}: SIMD must equal reference"
-                );
+                let reference = m.matmul_with(&x, Isa::Portable);
+                for isa in Isa::available() {
+                    let got = m.matmul_with(&x, isa);
+                    assert_eq!(
+                        got, reference,
+                        "{format:?} {isa:?} rows {rows}: must equal portable"
+                    );
+                }
                 // Against the unquantized product: 8-bit activations cost at most ~1% of the
                 // row's magnitude.
                 let exact = exact_f64(&m, &x);

@@ -9,21 +9,29 @@ use half::f16;
 
 pub const QK: usize = 32;
 
-/// One activation row in blocks of 32: scales and sums as f32 (already f16-rounded).
+/// Activation rows in blocks of 32: row r's blocks are `r * blocks .. (r + 1) * blocks`.
+/// Scales and sums are f32 values already rounded through f16, as ggml stores them.
 #[derive(Debug, Clone, Default)]
-pub struct Q8Row {
-    pub d: Vec<f32>, // [blocks]
-    pub s: Vec<f32>, // [blocks]
-    pub qs: Vec<i8>, // [blocks * 32]
+pub struct Q8Batch {
+    pub rows: usize,
+    pub blocks: usize,
+    pub d: Vec<f32>, // [rows * blocks]
+    pub s: Vec<f32>, // [rows * blocks]
+    pub qs: Vec<i8>, // [rows * blocks * 32]
 }
 
-/// Quantize `x` (length a multiple of 32) into `out`, reusing its buffers.
-pub fn quantize_row_q8(x: &[f32], out: &mut Q8Row) {
-    let nb = x.len() / QK;
-    out.d.clear();
-    out.s.clear();
-    out.qs.clear();
-    for block in x.chunks_exact(QK).take(nb) {
+/// Quantize `xs`: [rows, dim] with `dim` a multiple of 32.
+pub fn quantize_rows(xs: &[f32], dim: usize) -> Q8Batch {
+    let rows = xs.len() / dim;
+    let blocks = dim / QK;
+    let mut out = Q8Batch {
+        rows,
+        blocks,
+        d: Vec::with_capacity(rows * blocks),
+        s: Vec::with_capacity(rows * blocks),
+        qs: Vec::with_capacity(rows * dim),
+    };
+    for block in xs[..rows * dim].chunks_exact(QK) {
         let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -36,6 +44,7 @@ pub fn quantize_row_q8(x: &[f32], out: &mut Q8Row) {
         out.d.push(f16::from_f32(d).to_f32());
         out.s.push(f16::from_f32(d * sum as f32).to_f32());
     }
+    out
 }
 
 #[cfg(test)]
@@ -44,17 +53,16 @@ mod tests {
 
     #[test]
     fn matches_ggml_rounding() {
-        let mut x = vec![0.0f32; 32];
+        let mut x = vec![0.0f32; 64];
         x[0] = 127.0; // amax: scale 1
         x[1] = 2.5; // half to even: 2
         x[2] = 3.5; // half to even: 4
         x[3] = -2.5;
-        let mut q = Q8Row::default();
-        quantize_row_q8(&x, &mut q);
+        let q = quantize_rows(&x, 32);
+        assert_eq!((q.rows, q.blocks), (2, 1));
         assert_eq!(&q.qs[..4], &[127, 2, 4, -2]);
-        assert_eq!(q.d, vec![1.0]);
-        assert_eq!(q.s, vec![131.0]);
-        quantize_row_q8(&[0.0; 32], &mut q);
-        assert_eq!((q.d[0], q.qs.iter().all(|&v| v == 0)), (0.0, true));
+        assert_eq!(q.d, vec![1.0, 0.0], "an all-zero block has scale 0");
+        assert_eq!(q.s, vec![131.0, 0.0]);
+        assert!(q.qs[32..].iter().all(|&v| v == 0));
     }
 }

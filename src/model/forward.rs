@@ -34,9 +34,10 @@ impl Model {
         let mut attn = vec![0.0f32; total * q_width];
         for (l, layer) in self.weights.layers[..depth].iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.rms_eps, &mut xn);
-            let mut q = layer.wq.forward(&xn)?; // [total, q_width]
-            let mut k = layer.wk.forward(&xn)?; // [total, kv_width]
-            let v = layer.wv.forward(&xn)?; // [total, kv_width]
+            let mut qkv = layer.qkv.forward(&xn)?.into_iter();
+            let (Some(mut q), Some(mut k), Some(v)) = (qkv.next(), qkv.next(), qkv.next()) else {
+                return Err(ModelError::Invalid("Q/K/V projection lost a part".into()));
+            }; // q: [total, q_width], k and v: [total, kv_width]
             let mut row = 0;
             for (it, &start) in items.iter().zip(&starts) {
                 let n = it.tokens.len();
@@ -65,8 +66,10 @@ impl Model {
             }
             add_in_place(&mut x, &layer.wo.forward(&attn)?);
             rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
-            let mut gate = layer.gate.forward(&xn)?; // [total, ffn]
-            let up = layer.up.forward(&xn)?;
+            let mut gate_up = layer.gate_up.forward(&xn)?.into_iter();
+            let (Some(mut gate), Some(up)) = (gate_up.next(), gate_up.next()) else {
+                return Err(ModelError::Invalid("gate/up projection lost a part".into()));
+            }; // [total, ffn] each
             for (g, u) in gate.iter_mut().zip(&up) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }

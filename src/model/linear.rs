@@ -1,8 +1,8 @@
 //! A linear layer over quantized GGUF weights: `y = x · Wᵀ` for a batch of rows.
 //!
 //! Q4_1 and Q8_0 weights run on specgate-kernels' quantized matmul (ggml's arithmetic, each
-//! weight row read once for all rows of a call); other formats, or every format when
-//! `SPECGATE_MATMUL=candle`, run on candle's `QMatMul`, which stays as the reference.
+//! weight row read once for all rows of a call); other formats, or every format with
+//! [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -21,14 +21,19 @@ pub struct Linear {
     out_dim: usize,
 }
 
-/// Whether to route every layer through candle's matmul (for comparisons).
-fn candle_only() -> bool {
-    std::env::var("SPECGATE_MATMUL").is_ok_and(|v| v == "candle")
+/// Which quantized matmul the linear layers use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MatmulBackend {
+    /// specgate-kernels where it supports the format, candle elsewhere.
+    #[default]
+    Kernels,
+    /// candle's `QMatMul` everywhere (the reference in tests and benchmarks).
+    Candle,
 }
 
 impl Linear {
     /// `weight`: a GGUF tensor of shape [out_dim, in_dim].
-    pub fn new(weight: QTensor) -> Result<Self, ModelError> {
+    pub fn new(weight: QTensor, backend: MatmulBackend) -> Result<Self, ModelError> {
         let (out_dim, in_dim) = weight.shape().dims2()?;
         let format = match weight.dtype() {
             GgmlDType::Q4_1 => Some(QuantFormat::Q4_1),
@@ -36,7 +41,7 @@ impl Linear {
             _ => None,
         };
         let backend = match format {
-            Some(f) if !candle_only() && in_dim % 32 == 0 => {
+            Some(f) if backend == MatmulBackend::Kernels && in_dim % 32 == 0 => {
                 let bytes = weight.data()?;
                 let m = QuantMatrix::from_ggml_bytes(f, out_dim, in_dim, &bytes)
                     .map_err(|e| ModelError::Format(e.to_string()))?;
@@ -68,5 +73,73 @@ impl Linear {
                 Ok(q.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
             }
         }
+    }
+}
+
+/// Several linear layers over the same input (Q/K/V, or gate/up). When all use our kernel
+/// they run as one stacked matrix: one quantization of the input, one thread dispatch.
+pub struct LinearGroup {
+    fused: Option<Linear>,
+    parts: Vec<Linear>,
+    dims: Vec<usize>,
+}
+
+impl LinearGroup {
+    pub fn new(weights: Vec<QTensor>, backend: MatmulBackend) -> Result<Self, ModelError> {
+        let parts = weights
+            .into_iter()
+            .map(|w| Linear::new(w, backend))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dims: Vec<usize> = parts.iter().map(|p| p.out_dim).collect();
+        let matrices: Option<Vec<&QuantMatrix>> = parts
+            .iter()
+            .map(|p| match &p.backend {
+                Backend::Kernel(m) => Some(m),
+                Backend::Candle(_) => None,
+            })
+            .collect();
+        match matrices.and_then(|ms| QuantMatrix::concat(&ms)) {
+            Some(m) => {
+                let (in_dim, out_dim) = (m.in_dim(), m.out_dim());
+                let fused = Linear {
+                    backend: Backend::Kernel(m),
+                    in_dim,
+                    out_dim,
+                };
+                Ok(Self {
+                    fused: Some(fused),
+                    parts: Vec::new(),
+                    dims,
+                })
+            }
+            None => Ok(Self {
+                fused: None,
+                parts,
+                dims,
+            }),
+        }
+    }
+
+    /// `xs`: [rows, in_dim] → one [rows, dim_i] per part.
+    pub fn forward(&self, xs: &[f32]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let Some(fused) = &self.fused else {
+            return self.parts.iter().map(|p| p.forward(xs)).collect();
+        };
+        let y = fused.forward(xs)?; // [rows, Σ dims]
+        let total = fused.out_dim;
+        let rows = y.len() / total.max(1);
+        let mut outs: Vec<Vec<f32>> = self
+            .dims
+            .iter()
+            .map(|&d| Vec::with_capacity(rows * d))
+            .collect();
+        for row in y.chunks_exact(total) {
+            let mut at = 0;
+            for (out, &d) in outs.iter_mut().zip(&self.dims) {
+                out.extend_from_slice(&row[at..at + d]);
+                at += d;
+            }
+        }
+        Ok(outs)
     }
 }

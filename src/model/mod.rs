@@ -18,6 +18,7 @@ use std::path::Path;
 
 pub use config::ModelConfig;
 pub use kv_cache::KvCache;
+pub use linear::MatmulBackend;
 use specgate_strategies::TokenId;
 pub use weights::read_header;
 
@@ -123,12 +124,16 @@ pub struct Model {
 impl Model {
     /// Load a llama-architecture GGUF (Q4_0, Q4_1, Q8_0, K-quants, F16, F32 weights).
     pub fn load(path: &Path) -> Result<Self, ModelError> {
-        Ok(Self::load_with_metadata(path)?.0)
+        Ok(Self::load_with_metadata(path, MatmulBackend::default())?.0)
     }
 
-    /// Load, and also hand back the GGUF metadata (the tokenizer is built from it).
-    pub fn load_with_metadata(path: &Path) -> Result<(Self, GgufMetadata), ModelError> {
-        let loaded = weights::load(path)?;
+    /// Load with a chosen matmul backend, and also hand back the GGUF metadata (the
+    /// tokenizer is built from it).
+    pub fn load_with_metadata(
+        path: &Path,
+        backend: MatmulBackend,
+    ) -> Result<(Self, GgufMetadata), ModelError> {
+        let loaded = weights::load(path, backend)?;
         let config = loaded.config;
         let rope = Rope::new(config.rope_dim, config.rope_base, config.context_length);
         let model = Self {

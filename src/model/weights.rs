@@ -9,18 +9,15 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 
 use super::config::ModelConfig;
-use super::linear::Linear;
+use super::linear::{Linear, LinearGroup, MatmulBackend};
 use super::ModelError;
 
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>, // [hidden]
-    pub wq: Linear,
-    pub wk: Linear,
-    pub wv: Linear,
+    pub qkv: LinearGroup,    // Q, K, V
     pub wo: Linear,
-    pub ffn_norm: Vec<f32>, // [hidden]
-    pub gate: Linear,
-    pub up: Linear,
+    pub ffn_norm: Vec<f32>,   // [hidden]
+    pub gate_up: LinearGroup, // gate, up
     pub down: Linear,
 }
 
@@ -59,7 +56,7 @@ fn dequantize(t: &QTensor) -> Result<Vec<f32>, ModelError> {
         .to_vec1::<f32>()?)
 }
 
-pub fn load(path: &Path) -> Result<LoadedGguf, ModelError> {
+pub fn load(path: &Path, backend: MatmulBackend) -> Result<LoadedGguf, ModelError> {
     let (content, mut reader) = read_header(path)?;
     let config = ModelConfig::from_metadata(&content.metadata)?;
     let mut tensor = |name: &str| {
@@ -77,21 +74,18 @@ pub fn load(path: &Path) -> Result<LoadedGguf, ModelError> {
         dtype = wq.dtype();
         layers.push(LayerWeights {
             attn_norm: dequantize(&t("attn_norm.weight")?)?,
-            wq: Linear::new(wq)?,
-            wk: Linear::new(t("attn_k.weight")?)?,
-            wv: Linear::new(t("attn_v.weight")?)?,
-            wo: Linear::new(t("attn_output.weight")?)?,
+            qkv: LinearGroup::new(vec![wq, t("attn_k.weight")?, t("attn_v.weight")?], backend)?,
+            wo: Linear::new(t("attn_output.weight")?, backend)?,
             ffn_norm: dequantize(&t("ffn_norm.weight")?)?,
-            gate: Linear::new(t("ffn_gate.weight")?)?,
-            up: Linear::new(t("ffn_up.weight")?)?,
-            down: Linear::new(t("ffn_down.weight")?)?,
+            gate_up: LinearGroup::new(vec![t("ffn_gate.weight")?, t("ffn_up.weight")?], backend)?,
+            down: Linear::new(t("ffn_down.weight")?, backend)?,
         });
     }
     let output_norm = dequantize(&tensor("output_norm.weight")?)?;
     // Tied embeddings: models without `output.weight` reuse the token embedding as LM head.
     let lm_head = match content.tensor_infos.contains_key("output.weight") {
-        true => Linear::new(tensor("output.weight")?)?,
-        false => Linear::new(embd)?,
+        true => Linear::new(tensor("output.weight")?, backend)?,
+        false => Linear::new(embd, backend)?,
     };
     if embeddings.len() != config.vocab_size * config.hidden {
         return Err(ModelError::Format(format!(
