@@ -7,6 +7,7 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -44,38 +45,69 @@ pub fn causal_attention(
     let mut vf = vec![0.0f32; values.len()];
     keys.convert_to_f32_slice(&mut kf);
     values.convert_to_f32_slice(&mut vf);
-    let mut scores = vec![0.0f32; cache_len];
-    let mut qh = vec![0.0f32; head_dim];
-    for r in 0..rows {
-        let visible = cache_len - rows + r + 1;
-        for h in 0..n_heads {
-            let kvh = h / group;
-            for (d, &x) in qh
-                .iter_mut()
-                .zip(&q[r * q_width + h * head_dim..][..head_dim])
-            {
-                *d = round_f16(x);
-            }
-            let mut max = f32::NEG_INFINITY;
-            for (t, s) in scores[..visible].iter_mut().enumerate() {
-                let kt = &kf[t * kv_width + kvh * head_dim..][..head_dim];
-                *s = dot(&qh, kt) * scale;
-                max = max.max(*s);
-            }
-            let mut sum = 0.0f32;
-            for s in &mut scores[..visible] {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            let o = &mut out[r * q_width + h * head_dim..][..head_dim];
-            o.fill(0.0);
-            let inv = 1.0 / sum;
-            for (t, &s) in scores[..visible].iter().enumerate() {
-                let vt = &vf[t * kv_width + kvh * head_dim..][..head_dim];
-                let w = round_f16(s * inv);
-                for (oi, &vi) in o.iter_mut().zip(vt) {
-                    *oi += w * vi;
-                }
+    let kv = KvView {
+        keys: &kf,
+        values: &vf,
+        kv_width,
+        head_dim,
+        scale,
+    };
+    // One task per (row, head): heads and rows are independent. Small calls stay on this
+    // thread, where a thread hand-off would cost more than the work.
+    let task = |scores: &mut Vec<f32>, (i, o): (usize, &mut [f32])| {
+        let (r, h) = (i / n_heads, i % n_heads);
+        let qh = &q[r * q_width + h * head_dim..][..head_dim];
+        kv.head(qh, h / group, cache_len - rows + r + 1, scores, o);
+    };
+    if rows * n_heads * cache_len < PARALLEL_MIN_SCORES {
+        let mut scores = Vec::with_capacity(cache_len);
+        out.chunks_mut(head_dim)
+            .enumerate()
+            .for_each(|x| task(&mut scores, x));
+    } else {
+        out.par_chunks_mut(head_dim)
+            .enumerate()
+            .for_each_init(|| Vec::with_capacity(cache_len), task);
+    }
+}
+
+/// Below this many query-key scores per call, attention runs on the calling thread.
+const PARALLEL_MIN_SCORES: usize = 16 * 1024;
+
+/// The widened cache of one sequence and layer.
+struct KvView<'a> {
+    keys: &'a [f32],   // [cache_len, kv_width]
+    values: &'a [f32], // [cache_len, kv_width]
+    kv_width: usize,
+    head_dim: usize,
+    scale: f32,
+}
+
+impl KvView<'_> {
+    /// One query head over the first `visible` positions. `qh`, `o`: [head_dim].
+    fn head(&self, qh: &[f32], kvh: usize, visible: usize, scores: &mut Vec<f32>, o: &mut [f32]) {
+        let hd = self.head_dim;
+        let q16: Vec<f32> = qh.iter().map(|&x| round_f16(x)).collect();
+        scores.clear();
+        let mut max = f32::NEG_INFINITY;
+        for t in 0..visible {
+            let kt = &self.keys[t * self.kv_width + kvh * hd..][..hd];
+            let s = dot(&q16, kt) * self.scale;
+            max = max.max(s);
+            scores.push(s);
+        }
+        let mut sum = 0.0f32;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        o.fill(0.0);
+        let inv = 1.0 / sum;
+        for (t, &s) in scores.iter().enumerate() {
+            let vt = &self.values[t * self.kv_width + kvh * hd..][..hd];
+            let w = round_f16(s * inv);
+            for (oi, &vi) in o.iter_mut().zip(vt) {
+                *oi += w * vi;
             }
         }
     }
