@@ -10,7 +10,9 @@ pub mod fetch;
 pub mod generate;
 pub mod loaded;
 pub mod model;
+pub mod prompts;
 pub mod stop;
+pub mod strategy;
 pub mod tokenizer;
 
 pub use specgate_strategies::{SamplingParams, TokenId};

@@ -11,6 +11,7 @@ use specgate::chat::ChatMessage;
 use specgate::fetch::{default_model_path, ensure_default_model};
 use specgate::generate::{generate, GenerateParams};
 use specgate::loaded::LoadedModel;
+use specgate::strategy::StrategyKind;
 use specgate::SamplingParams;
 
 #[derive(Parser)]
@@ -85,6 +86,12 @@ struct GenerateArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Draft strategy: plain or ngram.
+    #[arg(long, default_value = "plain")]
+    strategy: StrategyKind,
+    /// Most drafted tokens per target pass (ignored by plain).
+    #[arg(long, default_value_t = 4)]
+    k: usize,
 }
 
 /// The model to use: the given path, or the default one, fetched on first use.
@@ -118,15 +125,28 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         },
         seed: args.seed,
         stop: args.stop,
+        max_draft_tokens: if args.strategy == StrategyKind::Plain {
+            0
+        } else {
+            args.k
+        },
     };
+    let mut drafter = args.strategy.drafter();
     let json = args.json;
     let mut stdout = std::io::stdout();
-    let out = generate(&mut lm.model, &lm.tokenizer, &prompt, &params, |piece| {
-        if !json {
-            let _ = stdout.write_all(piece.as_bytes());
-            let _ = stdout.flush();
-        }
-    })?;
+    let out = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &prompt,
+        &params,
+        drafter.as_mut(),
+        |piece| {
+            if !json {
+                let _ = stdout.write_all(piece.as_bytes());
+                let _ = stdout.flush();
+            }
+        },
+    )?;
     if json {
         let v = json!({
             "text": out.text,
@@ -136,6 +156,17 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
             "tokens_per_second": out.tokens_per_second(),
             "target_passes": out.target_passes,
             "finish_reason": out.finish_reason,
+            "strategy": args.strategy.name(),
+            "k": params.max_draft_tokens,
+            "drafted": out.stats.drafted,
+            "accepted": out.stats.accepted,
+            "acceptance_rate": out.stats.acceptance_rate(),
+            "alpha": out.stats.alpha(),
+            "tokens_per_pass": out.stats.tokens_per_pass(),
+            "accepted_per_position": out.stats.accepted_per_pos,
+            "draft_seconds": out.stats.draft_time.as_secs_f64(),
+            "verify_seconds": out.stats.verify_time.as_secs_f64(),
+            "drafter_failures": out.stats.drafter_failures,
         });
         println!("{v}");
     } else {

@@ -7,10 +7,11 @@ use common::{max_abs_diff, model};
 use specgate::model::{BatchItem, ForwardOptions, LogitRows};
 use specgate_strategies::argmax;
 
-/// Logits may differ by float reassociation between row counts (the quantized matmul takes
-/// another path for several rows); this is the largest difference we accept, in logit units
-/// (logits of this model span about 30).
-const TOL: f32 = 2e-2;
+/// Every row's arithmetic is the same however many rows share a call (the kernel computes
+/// each row's dot products in one fixed order; attention runs per row and head), so batched,
+/// ragged and one-at-a-time forwards give identical bits. Speculative greedy exactness rests on
+/// this.
+const TOL: f32 = 0.0;
 
 fn prompt_ids(text: &str) -> Vec<u32> {
     model().tokenizer.encode(text).expect("encode")
@@ -38,14 +39,14 @@ fn appending_n_tokens_at_once_equals_one_at_a_time() {
         "n-at-once vs one-at-a-time: max |Δlogit| = {worst:.2e} over {} rows",
         ids.len()
     );
-    assert!(worst < TOL, "max abs difference {worst}");
+    assert!(worst <= TOL, "max abs difference {worst}");
     // Appending n > 1 after an existing cache (the verify shape) matches too.
     let c = m.new_sequence();
     m.forward_one(c, &ids[..5], LogitRows::None).unwrap();
     let tail = m.forward_one(c, &ids[5..], LogitRows::All).unwrap();
     for i in 5..ids.len() {
         let d = max_abs_diff(tail.row(0, i - 5), all.row(0, i));
-        assert!(d < TOL, "position {i} after a cache: {d}");
+        assert!(d <= TOL, "position {i} after a cache: {d}");
     }
     for s in [a, b, c] {
         m.release(s);
@@ -113,7 +114,7 @@ fn each_sequence_of_a_ragged_batch_gets_its_own_logits() {
         worst = worst.max(max_abs_diff(out.row(1, j), solo_out.row(0, j)));
     }
     eprintln!("ragged batch vs alone: max |Δlogit| = {worst:.2e}");
-    assert!(worst < TOL, "max abs difference {worst}");
+    assert!(worst <= TOL, "max abs difference {worst}");
     for s in seqs.into_iter().chain([solo]) {
         m.release(s);
     }

@@ -5,6 +5,7 @@ mod common;
 use specgate::chat::ChatMessage;
 use specgate::generate::{generate, FinishReason, GenerateParams};
 use specgate::SamplingParams;
+use specgate_strategies::PlainDrafter;
 
 fn params(sampling: SamplingParams, seed: u64, max_tokens: usize) -> GenerateParams {
     GenerateParams {
@@ -12,6 +13,7 @@ fn params(sampling: SamplingParams, seed: u64, max_tokens: usize) -> GeneratePar
         sampling,
         seed,
         stop: vec![],
+        max_draft_tokens: 0,
     }
 }
 
@@ -27,8 +29,24 @@ fn greedy_is_deterministic() {
     let mut lm = common::model();
     let lm = &mut *lm;
     let p = params(SamplingParams::greedy(), 0, 40);
-    let a = generate(&mut lm.model, &lm.tokenizer, &ids, &p, |_| {}).unwrap();
-    let b = generate(&mut lm.model, &lm.tokenizer, &ids, &p, |_| {}).unwrap();
+    let a = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &ids,
+        &p,
+        &mut PlainDrafter,
+        |_| {},
+    )
+    .unwrap();
+    let b = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &ids,
+        &p,
+        &mut PlainDrafter,
+        |_| {},
+    )
+    .unwrap();
     assert_eq!(a.token_ids, b.token_ids);
     assert!(!a.token_ids.is_empty());
     assert_eq!(
@@ -55,6 +73,7 @@ fn seeded_sampling_is_reproducible_and_seeds_differ() {
             &lm.tokenizer,
             &ids,
             &params(s, seed, 32),
+            &mut PlainDrafter,
             |_| {},
         )
         .unwrap()
@@ -79,6 +98,7 @@ fn stop_strings_end_generation_before_the_stop() {
         &lm.tokenizer,
         &ids,
         &params(SamplingParams::greedy(), 0, 48),
+        &mut PlainDrafter,
         |_| {},
     )
     .unwrap();
@@ -89,7 +109,15 @@ fn stop_strings_end_generation_before_the_stop() {
     let mut p = params(SamplingParams::greedy(), 0, 48);
     p.stop = vec![stop, "never appears §§".into()];
     let mut streamed = String::new();
-    let out = generate(&mut lm.model, &lm.tokenizer, &ids, &p, |s| streamed += s).unwrap();
+    let out = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &ids,
+        &p,
+        &mut PlainDrafter,
+        |s| streamed += s,
+    )
+    .unwrap();
     assert_eq!(out.text, full.text[..comma]);
     assert_eq!(streamed, out.text);
     assert_eq!(out.finish_reason, FinishReason::Stop);
@@ -105,6 +133,7 @@ fn eos_ends_generation_and_max_tokens_bounds_it() {
         &lm.tokenizer,
         &ids,
         &params(SamplingParams::greedy(), 0, 64),
+        &mut PlainDrafter,
         |_| {},
     )
     .unwrap();
@@ -118,6 +147,7 @@ fn eos_ends_generation_and_max_tokens_bounds_it() {
         &lm.tokenizer,
         &ids,
         &params(SamplingParams::greedy(), 0, 1),
+        &mut PlainDrafter,
         |_| {},
     )
     .unwrap();

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use specgate::chat::ChatMessage;
 use specgate::generate::{generate, GenerateParams};
 use specgate::SamplingParams;
+use specgate_strategies::PlainDrafter;
 
 #[derive(Deserialize)]
 struct Reference {
@@ -68,6 +69,7 @@ fn greedy_tokens_equal_llama_cpp_except_at_ties() {
         sampling: SamplingParams::greedy(),
         seed: 0,
         stop: vec![],
+        max_draft_tokens: 0,
     };
     for (n, p) in reference.prompts.iter().enumerate() {
         let text = lm.chat_prompt(&p.messages).unwrap();
@@ -76,7 +78,15 @@ fn greedy_tokens_equal_llama_cpp_except_at_ties() {
             ids, p.prompt_ids,
             "prompt {n}: template + tokenizer differ from llama.cpp"
         );
-        let out = generate(&mut lm.model, &lm.tokenizer, &ids, &params, |_| {}).unwrap();
+        let out = generate(
+            &mut lm.model,
+            &lm.tokenizer,
+            &ids,
+            &params,
+            &mut PlainDrafter,
+            |_| {},
+        )
+        .unwrap();
         let same = out
             .token_ids
             .iter()

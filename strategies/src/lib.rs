@@ -1,9 +1,17 @@
 //! Drafting, verification and sampling for specgate: pure functions and types, with no actix,
 //! HTTP, storage or global state. Time and randomness are passed in.
 
+pub mod draft;
+pub mod ngram;
 pub mod sampling;
+pub mod stats;
+pub mod verify;
 
 /// A token id in the target model's vocabulary.
 pub type TokenId = u32;
 
+pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
+pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
+pub use stats::{expected_tokens_per_pass, predicted_speedup, SpecStats};
+pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

@@ -1,0 +1,80 @@
+//! What a drafter proposes, and the trait every draft strategy implements.
+
+use crate::TokenId;
+
+/// Up to k proposed tokens. `q[i]` is the drafter's distribution for token i ([vocab], after
+/// the same temperature / top-k / top-p / min-p as the target's), or `None` for a
+/// deterministic drafter (lookup), which verification treats as a point mass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Draft {
+    pub tokens: Vec<TokenId>,
+    pub q: Option<Vec<Vec<f32>>>,
+}
+
+impl Draft {
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    pub fn deterministic(tokens: Vec<TokenId>) -> Self {
+        Self { tokens, q: None }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// What a drafter sees: the whole sequence so far (prompt, then generated tokens; the last one
+/// is committed but not yet run through the target).
+#[derive(Debug, Clone, Copy)]
+pub struct DraftContext<'a> {
+    pub tokens: &'a [TokenId],
+    pub prompt_len: usize,
+}
+
+/// A drafter failed; the caller falls back to plain decoding for the round and counts it.
+#[derive(Debug, thiserror::Error)]
+#[error("drafter failed: {0}")]
+pub struct DraftError(pub String);
+
+/// A draft strategy.
+///
+/// Contract: `propose` returns at most `max_draft_tokens` tokens that would follow
+/// `ctx.tokens`; an empty draft is always allowed (the round becomes a plain decode step).
+/// After verification the caller reports what was committed (accepted drafts plus the
+/// recovered or bonus token) through `on_commit`, so a stateful drafter (a draft model's KV
+/// cache, an index) stays in step with the sequence; drafters without state ignore it.
+pub trait Drafter {
+    /// A short name for statistics ("plain", "ngram", …).
+    fn name(&self) -> &'static str;
+
+    fn propose(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        max_draft_tokens: usize,
+    ) -> Result<Draft, DraftError>;
+
+    /// The sequence now ends with `committed`, after the draft's first `accepted` tokens.
+    fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
+        let _ = (ctx, accepted);
+    }
+}
+
+/// No drafts: one token per target pass, the baseline every figure is compared with.
+#[derive(Debug, Default, Clone)]
+pub struct PlainDrafter;
+
+impl Drafter for PlainDrafter {
+    fn name(&self) -> &'static str {
+        "plain"
+    }
+
+    fn propose(&mut self, _: &DraftContext<'_>, _: usize) -> Result<Draft, DraftError> {
+        Ok(Draft::empty())
+    }
+}

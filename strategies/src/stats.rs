@@ -1,0 +1,114 @@
+//! Per-request speculative statistics, fed after every round.
+
+use std::time::Duration;
+
+/// Totals over the rounds of one sequence.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecStats {
+    /// Verification rounds (target passes after the prompt).
+    pub rounds: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    /// Draft positions the target actually judged: a round stops at its first rejection.
+    pub verified: u64,
+    /// accepted_per_pos[i]: rounds whose draft position i was accepted.
+    pub accepted_per_pos: Vec<u64>,
+    /// Tokens committed by rounds (accepted + recovered/bonus).
+    pub committed: u64,
+    pub draft_time: Duration,
+    pub verify_time: Duration,
+    /// Rounds whose drafter failed and ran as plain decoding.
+    pub drafter_failures: u64,
+}
+
+impl SpecStats {
+    pub fn record_round(
+        &mut self,
+        drafted: usize,
+        accepted: usize,
+        draft: Duration,
+        verify: Duration,
+    ) {
+        self.rounds += 1;
+        self.drafted += drafted as u64;
+        self.accepted += accepted as u64;
+        self.verified += (accepted + usize::from(accepted < drafted)) as u64;
+        if self.accepted_per_pos.len() < accepted {
+            self.accepted_per_pos.resize(accepted, 0);
+        }
+        self.accepted_per_pos[..accepted]
+            .iter_mut()
+            .for_each(|c| *c += 1);
+        self.committed += accepted as u64 + 1;
+        self.draft_time += draft;
+        self.verify_time += verify;
+    }
+
+    /// Accepted / drafted tokens (the rate vLLM and llama.cpp report).
+    pub fn acceptance_rate(&self) -> f64 {
+        ratio(self.accepted, self.drafted)
+    }
+
+    /// α: the probability that a judged draft position is accepted, the α of
+    /// E[tokens per pass] = (1 − α^(k+1)) / (1 − α).
+    pub fn alpha(&self) -> f64 {
+        ratio(self.accepted, self.verified)
+    }
+
+    /// Committed tokens per verification round.
+    pub fn tokens_per_pass(&self) -> f64 {
+        ratio(self.committed, self.rounds)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// Expected tokens per target pass with k drafts at per-position acceptance α.
+pub fn expected_tokens_per_pass(alpha: f64, k: usize) -> f64 {
+    if (1.0 - alpha).abs() < 1e-12 {
+        return (k + 1) as f64;
+    }
+    (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha)
+}
+
+/// Predicted speed-up over plain decoding with draft cost c (one draft step relative to a
+/// target pass): (1 − α^(k+1)) / ((1 − α)(k·c + 1)).
+pub fn predicted_speedup(alpha: f64, k: usize, c: f64) -> f64 {
+    expected_tokens_per_pass(alpha, k) / (k as f64 * c + 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_add_up() {
+        let mut s = SpecStats::default();
+        let ms = Duration::from_millis(1);
+        s.record_round(4, 2, ms, ms); // rejected at position 2
+        s.record_round(4, 4, ms, ms); // all accepted, bonus
+        s.record_round(0, 0, ms, ms); // plain step
+        assert_eq!(
+            (s.drafted, s.accepted, s.verified, s.committed),
+            (8, 6, 7, 9)
+        );
+        assert_eq!(s.accepted_per_pos, vec![2, 2, 1, 1]);
+        assert_eq!(s.tokens_per_pass(), 3.0);
+        assert!((s.alpha() - 6.0 / 7.0).abs() < 1e-12);
+        assert_eq!(s.acceptance_rate(), 0.75);
+    }
+
+    #[test]
+    fn formula() {
+        assert!((expected_tokens_per_pass(0.5, 1) - 1.5).abs() < 1e-12);
+        assert_eq!(expected_tokens_per_pass(1.0, 4), 5.0);
+        assert!((predicted_speedup(0.8, 4, 0.0) - 3.3616).abs() < 1e-9);
+        assert_eq!(expected_tokens_per_pass(0.0, 8), 1.0);
+    }
+}

@@ -1,0 +1,163 @@
+//! Speculative decoding on the real model: greedy output equals plain greedy output token for
+//! token for every strategy and k on every shipped prompt, and rollback leaves the target's
+//! cache exactly as if the final sequence had been fed from scratch.
+
+mod common;
+
+use std::path::PathBuf;
+
+use specgate::chat::ChatMessage;
+use specgate::generate::{generate, run, GenerateParams};
+use specgate::model::LogitRows;
+use specgate::prompts::load_prompt_sets;
+use specgate::strategy::StrategyKind;
+use specgate::SamplingParams;
+use specgate_strategies::{argmax, NgramDrafter};
+
+const TOKENS: usize = 40;
+/// A numerical tie: where plain decoding's top-2 logits are this close, either is greedy.
+const TIE: f32 = 1e-3;
+
+fn params(k: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens: TOKENS,
+        sampling: SamplingParams::greedy(),
+        seed: 0,
+        stop: vec![],
+        max_draft_tokens: k,
+    }
+}
+
+#[test]
+fn greedy_speculative_equals_plain_for_every_strategy_and_k() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/prompts");
+    let sets = load_prompt_sets(&dir).unwrap();
+    let mut lm = common::model();
+    let lm = &mut *lm;
+    let (mut checked, mut ties) = (0, 0);
+    for set in &sets {
+        assert!(
+            set.prompts.len() >= 10,
+            "{} has {} prompts",
+            set.name,
+            set.prompts.len()
+        );
+        for (n, prompt) in set.prompts.iter().enumerate() {
+            let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)]).unwrap();
+            let ids = lm.tokenizer.encode(&text).unwrap();
+            let plain = generate(
+                &mut lm.model,
+                &lm.tokenizer,
+                &ids,
+                &params(0),
+                &mut *StrategyKind::Plain.drafter(),
+                |_| {},
+            )
+            .unwrap();
+            for kind in StrategyKind::ALL
+                .into_iter()
+                .filter(|k| *k != StrategyKind::Plain)
+            {
+                for k in [1, 4, 8] {
+                    let spec = generate(
+                        &mut lm.model,
+                        &lm.tokenizer,
+                        &ids,
+                        &params(k),
+                        &mut *kind.drafter(),
+                        |_| {},
+                    )
+                    .unwrap();
+                    checked += 1;
+                    let Some(at) = plain
+                        .token_ids
+                        .iter()
+                        .zip(&spec.token_ids)
+                        .position(|(a, b)| a != b)
+                    else {
+                        assert_eq!(
+                            spec.token_ids, plain.token_ids,
+                            "{} #{n} {kind} k={k}: lengths differ",
+                            set.name
+                        );
+                        continue;
+                    };
+                    // Diverged: only a numerical tie in plain decoding excuses it.
+                    let s = lm.model.new_sequence();
+                    let mut prefix = ids.clone();
+                    prefix.extend_from_slice(&plain.token_ids[..at]);
+                    let out = lm.model.forward_one(s, &prefix, LogitRows::Last).unwrap();
+                    lm.model.release(s);
+                    let mut row = out.row(0, 0).to_vec();
+                    let best = argmax(&row) as usize;
+                    let top = row[best];
+                    row[best] = f32::NEG_INFINITY;
+                    let gap = top - row[argmax(&row) as usize];
+                    assert!(
+                        gap < TIE,
+                        "{} #{n} {kind} k={k}: diverged at token {at} (top-2 gap {gap})",
+                        set.name
+                    );
+                    eprintln!(
+                        "{} #{n} {kind} k={k}: tie at token {at} (gap {gap:.1e})",
+                        set.name
+                    );
+                    ties += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{checked} speculative runs equal plain greedy; {ties} ended at numerical ties");
+    assert!(checked >= 90);
+}
+
+#[test]
+fn rollback_leaves_the_cache_as_if_fed_from_scratch() {
+    let mut lm = common::model();
+    let lm = &mut *lm;
+    let text = lm
+        .chat_prompt(&[ChatMessage::new(
+            "user",
+            "Repeat this list twice: apple, banana, cherry, date, elderberry, fig, grape.",
+        )])
+        .unwrap();
+    let ids = lm.tokenizer.encode(&text).unwrap();
+    let seq = lm.model.new_sequence();
+    let p = GenerateParams {
+        max_tokens: 96,
+        ..params(6)
+    };
+    let out = run(
+        &mut lm.model,
+        seq,
+        &lm.tokenizer,
+        &ids,
+        &p,
+        &mut NgramDrafter::default(),
+        |_| {},
+    )
+    .unwrap();
+    assert!(
+        out.stats.accepted > 0 && out.stats.drafted > out.stats.accepted,
+        "drafts were both accepted and rejected"
+    );
+    let fresh = lm.model.new_sequence();
+    let mut all = ids.clone();
+    all.extend_from_slice(&out.token_ids);
+    // The last committed token was never fed to the target (nothing followed it).
+    let in_cache = lm.model.seq_len(seq).unwrap();
+    assert!(
+        in_cache == all.len() - 1 || in_cache == all.len(),
+        "cache holds {in_cache} of {}",
+        all.len()
+    );
+    lm.model
+        .forward_one(fresh, &all[..in_cache], LogitRows::None)
+        .unwrap();
+    for layer in 0..lm.model.config().n_layers {
+        let (a, b) = (lm.model.cache(seq).unwrap(), lm.model.cache(fresh).unwrap());
+        assert_eq!(a.layer(layer), b.layer(layer), "layer {layer}");
+    }
+    lm.model.release(seq);
+    lm.model.release(fresh);
+}
