@@ -206,6 +206,7 @@ pub fn run(
         let ctx = DraftContext {
             tokens: &history,
             prompt_len: prompt.len(),
+            sampling: &params.sampling,
         };
         let t = Instant::now();
         let draft = propose(drafter, &ctx, k, vocab, &mut stats);
@@ -247,12 +248,14 @@ pub fn run(
             &DraftContext {
                 tokens: &history,
                 prompt_len: prompt.len(),
+                sampling: &params.sampling,
             },
             verdict.accepted,
         );
         pending = verdict.next;
     }
     out.finish_text()?;
+    drafter.finish();
     Ok(GenerateOutput {
         text: out.text,
         prompt_tokens: prompt.len(),

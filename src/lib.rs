@@ -10,6 +10,7 @@ pub mod fetch;
 pub mod generate;
 pub mod loaded;
 pub mod model;
+pub mod model_drafter;
 pub mod prompts;
 pub mod stop;
 pub mod strategy;

@@ -11,7 +11,7 @@ use specgate::chat::ChatMessage;
 use specgate::fetch::{default_model_path, ensure_default_model};
 use specgate::generate::{generate, GenerateParams};
 use specgate::loaded::LoadedModel;
-use specgate::strategy::StrategyKind;
+use specgate::strategy::{DrafterConfig, StrategyKind};
 use specgate::SamplingParams;
 
 #[derive(Parser)]
@@ -86,12 +86,18 @@ struct GenerateArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
-    /// Draft strategy: plain or ngram.
+    /// Draft strategy: plain, ngram, suffix, draft or early-exit.
     #[arg(long, default_value = "plain")]
     strategy: StrategyKind,
     /// Most drafted tokens per target pass (ignored by plain).
     #[arg(long, default_value_t = 4)]
     k: usize,
+    /// The draft model for --strategy draft (a GGUF with the target's vocabulary).
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
+    /// Layers the early-exit draft keeps (of the target's).
+    #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
+    exit_layer: usize,
 }
 
 /// The model to use: the given path, or the default one, fetched on first use.
@@ -131,7 +137,14 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
             args.k
         },
     };
-    let mut drafter = args.strategy.drafter();
+    let cfg = DrafterConfig {
+        target_path: path.clone(),
+        draft_model: args.draft_model.clone(),
+        exit_layer: args.exit_layer,
+        suffix_cache: None,
+        seed: args.seed,
+    };
+    let mut drafter = args.strategy.build(&cfg, &lm.tokenizer)?;
     let json = args.json;
     let mut stdout = std::io::stdout();
     let out = generate(

@@ -133,7 +133,17 @@ impl Model {
         path: &Path,
         backend: MatmulBackend,
     ) -> Result<(Self, GgufMetadata), ModelError> {
-        let loaded = weights::load(path, backend)?;
+        Self::load_layers(path, backend, None)
+    }
+
+    /// Load only the first `max_layers` blocks (all when `None`), with the final norm and LM
+    /// head: the early-exit draft model.
+    pub fn load_layers(
+        path: &Path,
+        backend: MatmulBackend,
+        max_layers: Option<usize>,
+    ) -> Result<(Self, GgufMetadata), ModelError> {
+        let loaded = weights::load(path, backend, max_layers)?;
         let config = loaded.config;
         let rope = Rope::new(config.rope_dim, config.rope_base, config.context_length);
         let model = Self {

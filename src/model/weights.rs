@@ -56,9 +56,24 @@ fn dequantize(t: &QTensor) -> Result<Vec<f32>, ModelError> {
         .to_vec1::<f32>()?)
 }
 
-pub fn load(path: &Path, backend: MatmulBackend) -> Result<LoadedGguf, ModelError> {
+/// Load the weights; `max_layers` keeps only the first L blocks (an early-exit draft model:
+/// the target's first layers, then its final norm and LM head).
+pub fn load(
+    path: &Path,
+    backend: MatmulBackend,
+    max_layers: Option<usize>,
+) -> Result<LoadedGguf, ModelError> {
     let (content, mut reader) = read_header(path)?;
-    let config = ModelConfig::from_metadata(&content.metadata)?;
+    let mut config = ModelConfig::from_metadata(&content.metadata)?;
+    if let Some(l) = max_layers {
+        if l == 0 || l > config.n_layers {
+            return Err(ModelError::Invalid(format!(
+                "exit layer {l} outside 1..={}",
+                config.n_layers
+            )));
+        }
+        config.n_layers = l;
+    }
     let mut tensor = |name: &str| {
         content
             .tensor(&mut reader, name, &Device::Cpu)

@@ -1,6 +1,6 @@
 //! What a drafter proposes, and the trait every draft strategy implements.
 
-use crate::TokenId;
+use crate::{SamplingParams, TokenId};
 
 /// Up to k proposed tokens. `q[i]` is the drafter's distribution for token i ([vocab], after
 /// the same temperature / top-k / top-p / min-p as the target's), or `None` for a
@@ -30,11 +30,13 @@ impl Draft {
 }
 
 /// What a drafter sees: the whole sequence so far (prompt, then generated tokens; the last one
-/// is committed but not yet run through the target).
+/// is committed but not yet run through the target), and how the target samples, so a draft
+/// model can shape q the same way.
 #[derive(Debug, Clone, Copy)]
 pub struct DraftContext<'a> {
     pub tokens: &'a [TokenId],
     pub prompt_len: usize,
+    pub sampling: &'a SamplingParams,
 }
 
 /// A drafter failed; the caller falls back to plain decoding for the round and counts it.
@@ -63,6 +65,9 @@ pub trait Drafter {
     fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
         let _ = (ctx, accepted);
     }
+
+    /// The sequence ended; a drafter that learns from finished text (suffix) records it here.
+    fn finish(&mut self) {}
 }
 
 /// No drafts: one token per target pass, the baseline every figure is compared with.

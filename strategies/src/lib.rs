@@ -5,6 +5,7 @@ pub mod draft;
 pub mod ngram;
 pub mod sampling;
 pub mod stats;
+pub mod suffix;
 pub mod verify;
 
 /// A token id in the target model's vocabulary.
@@ -14,4 +15,5 @@ pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
 pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, predicted_speedup, SpecStats};
+pub use suffix::{SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex};
 pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

@@ -1,0 +1,137 @@
+//! Drafting with a language model: a separate draft GGUF with the target's vocabulary, or the
+//! target's own first L layers (early exit). The draft model keeps its own KV cache for the
+//! sequence and rolls it back to whatever the target committed.
+
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use specgate_strategies::{sample_from, Draft, DraftContext, DraftError, Drafter, TokenId};
+
+use crate::model::{LogitRows, MatmulBackend, Model, ModelError, SeqId};
+use crate::tokenizer::Tokenizer;
+
+/// A draft model and the one sequence it drafts for.
+pub struct ModelDrafter {
+    name: &'static str,
+    model: Model,
+    seq: SeqId,
+    fed: Vec<TokenId>, // tokens in the draft model's cache
+    rng: ChaCha8Rng,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DraftModelError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("draft model {path}: {why}; it must share the target's vocabulary")]
+    Vocabulary { path: String, why: String },
+}
+
+impl ModelDrafter {
+    /// A separate draft model; refused unless its vocabulary equals the target's.
+    pub fn separate(path: &Path, target: &Tokenizer, seed: u64) -> Result<Self, DraftModelError> {
+        let (model, md) = Model::load_layers(path, MatmulBackend::default(), None)?;
+        let vocab_err = |why: String| DraftModelError::Vocabulary {
+            path: path.display().to_string(),
+            why,
+        };
+        let draft_tok = Tokenizer::from_gguf_metadata(&md).map_err(|e| vocab_err(e.to_string()))?;
+        if draft_tok.vocab_size() != target.vocab_size() {
+            return Err(vocab_err(format!(
+                "{} tokens against the target's {}",
+                draft_tok.vocab_size(),
+                target.vocab_size()
+            )));
+        }
+        let differs = (0..target.vocab_size() as u32)
+            .find(|&i| draft_tok.token_str(i) != target.token_str(i));
+        if let Some(i) = differs {
+            return Err(vocab_err(format!("token {i} differs")));
+        }
+        Ok(Self::new("draft", model, seed))
+    }
+
+    /// The target's first `layers` layers, final norm and LM head.
+    pub fn early_exit(
+        target_path: &Path,
+        layers: usize,
+        seed: u64,
+    ) -> Result<Self, DraftModelError> {
+        let (model, _) = Model::load_layers(target_path, MatmulBackend::default(), Some(layers))?;
+        Ok(Self::new("early-exit", model, seed))
+    }
+
+    fn new(name: &'static str, mut model: Model, seed: u64) -> Self {
+        let seq = model.new_sequence();
+        Self {
+            name,
+            model,
+            seq,
+            fed: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
+        }
+    }
+
+    /// Bring the draft cache to `tokens` (roll back what diverged, feed what is missing) and
+    /// return the logits after the last token. `tokens` is never empty here.
+    fn sync(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>, ModelError> {
+        let common = self
+            .fed
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // Keep at least one token to feed, so there is a row of logits to draft from.
+        let keep = common.min(tokens.len() - 1);
+        self.model.truncate(self.seq, keep)?;
+        self.fed.truncate(keep);
+        let out = self
+            .model
+            .forward_one(self.seq, &tokens[keep..], LogitRows::Last)?;
+        self.fed.extend_from_slice(&tokens[keep..]);
+        Ok(out.row(0, 0).to_vec())
+    }
+}
+
+impl Drafter for ModelDrafter {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
+        let err = |e: ModelError| DraftError(e.to_string());
+        if ctx.tokens.is_empty() || k == 0 {
+            return Ok(Draft::empty());
+        }
+        let room = self
+            .model
+            .config()
+            .context_length
+            .saturating_sub(ctx.tokens.len() + 1);
+        let k = k.min(room);
+        let mut logits = self.sync(ctx.tokens).map_err(err)?;
+        let mut draft = Draft {
+            tokens: Vec::with_capacity(k),
+            q: Some(Vec::with_capacity(k)),
+        };
+        for i in 0..k {
+            // q is shaped like the target's p: greedy → a point mass on the argmax.
+            let q = ctx.sampling.probs(&logits);
+            let t = sample_from(&q, &mut self.rng);
+            draft.tokens.push(t);
+            if let Some(qs) = draft.q.as_mut() {
+                qs.push(q);
+            }
+            if i + 1 < k {
+                let out = self
+                    .model
+                    .forward_one(self.seq, &[t], LogitRows::Last)
+                    .map_err(err)?;
+                self.fed.push(t);
+                logits = out.row(0, 0).to_vec();
+            }
+        }
+        Ok(draft)
+    }
+}

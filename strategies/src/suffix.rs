@@ -1,0 +1,275 @@
+//! Suffix decoding: continuations scored by how often they followed the current suffix, in the
+//! prompt and output so far and in earlier requests, so the draft stops early when the
+//! evidence runs thin — the draft length adapts to how well the match is supported.
+//!
+//! The index counts, for every context of 1..=`max_depth` tokens, the tokens that followed it
+//! (a suffix tree's node counts, kept in a hash map keyed by the context). A proposal matches
+//! the deepest context that has been seen, takes its most frequent continuation, multiplies the
+//! running score by that continuation's share, and stops when the score falls below
+//! `min_score`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use crate::draft::{Draft, DraftContext, DraftError, Drafter};
+use crate::TokenId;
+
+/// Next-token counts per context.
+#[derive(Debug, Clone, Default)]
+pub struct SuffixIndex {
+    max_depth: usize,
+    next: HashMap<Vec<TokenId>, HashMap<TokenId, u32>>,
+}
+
+impl SuffixIndex {
+    pub fn new(max_depth: usize) -> Self {
+        Self {
+            max_depth: max_depth.max(1),
+            next: HashMap::new(),
+        }
+    }
+
+    /// Count the continuation `tokens[i]` of each context ending at i - 1.
+    fn add_range(&mut self, tokens: &[TokenId], from: usize, sign: i64) {
+        for i in from.max(1)..tokens.len() {
+            for d in 1..=self.max_depth.min(i) {
+                let ctx = tokens[i - d..i].to_vec();
+                let entry = self.next.entry(ctx).or_default();
+                let c = entry.entry(tokens[i]).or_insert(0);
+                *c = (*c as i64 + sign).max(0) as u32;
+            }
+        }
+        if sign < 0 {
+            self.next.retain(|_, m| {
+                m.retain(|_, c| *c > 0);
+                !m.is_empty()
+            });
+        }
+    }
+
+    /// Continuations of the deepest context of `history` this index has seen:
+    /// (depth, counts), or None.
+    fn lookup(&self, history: &[TokenId]) -> Option<(usize, &HashMap<TokenId, u32>)> {
+        (1..=self.max_depth.min(history.len()))
+            .rev()
+            .find_map(|d| self.next.get(&history[history.len() - d..]).map(|m| (d, m)))
+    }
+}
+
+/// Earlier requests' token sequences, bounded by a total token budget (oldest evicted).
+#[derive(Debug)]
+pub struct SuffixCache {
+    index: SuffixIndex,
+    docs: VecDeque<Vec<TokenId>>,
+    tokens: usize,
+    max_tokens: usize,
+}
+
+impl SuffixCache {
+    pub fn new(max_depth: usize, max_tokens: usize) -> Self {
+        Self {
+            index: SuffixIndex::new(max_depth),
+            docs: VecDeque::new(),
+            tokens: 0,
+            max_tokens,
+        }
+    }
+
+    /// Remember a finished request (prompt and output).
+    pub fn insert(&mut self, doc: Vec<TokenId>) {
+        if doc.len() > self.max_tokens {
+            return;
+        }
+        while self.tokens + doc.len() > self.max_tokens {
+            let Some(old) = self.docs.pop_front() else {
+                break;
+            };
+            self.tokens -= old.len();
+            self.index.add_range(&old, 0, -1);
+        }
+        self.index.add_range(&doc, 0, 1);
+        self.tokens += doc.len();
+        self.docs.push_back(doc);
+    }
+
+    pub fn len_tokens(&self) -> usize {
+        self.tokens
+    }
+}
+
+/// Shared between the drafters of one scope (a process now, a tenant in the gateway).
+pub type SharedSuffixCache = Arc<Mutex<SuffixCache>>;
+
+/// The suffix drafter of one sequence.
+#[derive(Debug)]
+pub struct SuffixDrafter {
+    local: SuffixIndex,
+    indexed: usize, // tokens of the sequence already counted in `local`
+    history: Vec<TokenId>,
+    shared: Option<SharedSuffixCache>,
+    pub min_score: f32,
+}
+
+impl SuffixDrafter {
+    pub fn new(max_depth: usize, min_score: f32, shared: Option<SharedSuffixCache>) -> Self {
+        Self {
+            local: SuffixIndex::new(max_depth),
+            indexed: 0,
+            history: Vec::new(),
+            shared,
+            min_score,
+        }
+    }
+
+    fn sync(&mut self, tokens: &[TokenId]) {
+        let common = self
+            .history
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if common < self.history.len() {
+            // A different sequence: start the local index over.
+            self.local = SuffixIndex::new(self.local.max_depth);
+            self.indexed = 0;
+        }
+        self.history = tokens.to_vec();
+        self.local.add_range(&self.history, self.indexed, 1);
+        self.indexed = self.history.len();
+    }
+}
+
+/// The best continuation and its share among (local, shared) counts of the deepest match.
+fn best_next(
+    local: &SuffixIndex,
+    shared: Option<&SuffixIndex>,
+    ctx: &[TokenId],
+) -> Option<(TokenId, f32)> {
+    let l = local.lookup(ctx);
+    let s = shared.and_then(|s| s.lookup(ctx));
+    let depth = l.map_or(0, |x| x.0).max(s.map_or(0, |x| x.0));
+    let mut merged: HashMap<TokenId, u32> = HashMap::new();
+    for (d, m) in [l, s].into_iter().flatten() {
+        if d == depth {
+            for (&t, &c) in m {
+                *merged.entry(t).or_default() += c;
+            }
+        }
+    }
+    let total: u32 = merged.values().sum();
+    // Highest count; the lowest id breaks a tie so proposals are deterministic.
+    let (&t, &c) = merged
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+    Some((t, c as f32 / total as f32))
+}
+
+impl Drafter for SuffixDrafter {
+    fn name(&self) -> &'static str {
+        "suffix"
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
+        self.sync(ctx.tokens);
+        let guard = match &self.shared {
+            Some(s) => Some(
+                s.lock()
+                    .map_err(|_| DraftError("suffix cache lock poisoned".into()))?,
+            ),
+            None => None,
+        };
+        let shared = guard.as_deref().map(|c| &c.index);
+        let mut context = ctx.tokens.to_vec();
+        let mut draft = Vec::with_capacity(k);
+        let mut score = 1.0f32;
+        while draft.len() < k {
+            let Some((t, share)) = best_next(&self.local, shared, &context) else {
+                break;
+            };
+            score *= share;
+            if score < self.min_score {
+                break;
+            }
+            draft.push(t);
+            context.push(t);
+        }
+        Ok(Draft::deterministic(draft))
+    }
+
+    fn on_commit(&mut self, ctx: &DraftContext<'_>, _accepted: usize) {
+        self.sync(ctx.tokens);
+    }
+
+    /// Hand the finished sequence to the shared cache for later requests.
+    fn finish(&mut self) {
+        if let Some(shared) = &self.shared {
+            if let Ok(mut cache) = shared.lock() {
+                cache.insert(std::mem::take(&mut self.history));
+            }
+        }
+        self.local = SuffixIndex::new(self.local.max_depth);
+        self.indexed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SamplingParams;
+
+    fn propose(d: &mut SuffixDrafter, tokens: &[TokenId], k: usize) -> Vec<TokenId> {
+        let sp = SamplingParams::greedy();
+        let ctx = DraftContext {
+            tokens,
+            prompt_len: tokens.len(),
+            sampling: &sp,
+        };
+        d.propose(&ctx, k).unwrap().tokens
+    }
+
+    #[test]
+    fn follows_the_most_frequent_continuation_of_the_deepest_match() {
+        let mut d = SuffixDrafter::new(4, 0.0, None);
+        assert_eq!(propose(&mut d, &[1, 2, 3, 4, 1, 2, 3], 3), vec![4, 1, 2]);
+        let mut d = SuffixDrafter::new(4, 0.0, None);
+        assert_eq!(
+            propose(&mut d, &[1, 2, 3, 4, 5], 3),
+            Vec::<u32>::new(),
+            "no match, no draft"
+        );
+        assert_eq!(
+            propose(&mut SuffixDrafter::new(4, 0.0, None), &[], 3),
+            Vec::<u32>::new()
+        );
+    }
+
+    #[test]
+    fn low_support_stops_the_draft_early() {
+        // After 7: 8 twice, 9 twice (share 0.5, the lower id wins); after 8: always 7.
+        let h = [7, 8, 7, 9, 7, 8, 7, 9, 7];
+        let mut d = SuffixDrafter::new(1, 0.3, None);
+        // Scores: 8 → 0.5, 7 → 0.5 × 1.0, then 0.25 < 0.3 stops the draft.
+        assert_eq!(propose(&mut d, &h, 4), vec![8, 7]);
+        let mut strict = SuffixDrafter::new(1, 0.6, None);
+        assert!(propose(&mut strict, &h, 4).is_empty());
+    }
+
+    #[test]
+    fn earlier_requests_draft_for_later_ones_and_the_cache_is_bounded() {
+        let shared: SharedSuffixCache = Arc::new(Mutex::new(SuffixCache::new(4, 12)));
+        let mut first = SuffixDrafter::new(4, 0.0, Some(shared.clone()));
+        propose(&mut first, &[10, 11, 12, 13, 14, 15], 1);
+        first.finish();
+        let mut second = SuffixDrafter::new(4, 0.0, Some(shared.clone()));
+        assert_eq!(propose(&mut second, &[99, 11, 12], 3), vec![13, 14, 15]);
+        // Two more documents push the first out of a 12-token budget.
+        shared.lock().unwrap().insert(vec![1; 6]);
+        shared.lock().unwrap().insert(vec![2; 6]);
+        assert_eq!(shared.lock().unwrap().len_tokens(), 12);
+        let mut third = SuffixDrafter::new(4, 0.0, Some(shared));
+        assert!(
+            propose(&mut third, &[99, 11, 12], 3).is_empty(),
+            "evicted text no longer drafts"
+        );
+    }
+}
