@@ -56,6 +56,33 @@ enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Every prompt set x strategy x k against plain decoding, interleaved.
+    Spec {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Folder with code_edit.jsonl, rag.jsonl, creative.jsonl.
+        #[arg(long, default_value = "tests/fixtures/prompts")]
+        prompts: PathBuf,
+        /// Comma-separated strategies (default: ngram, suffix, early-exit; draft too with
+        /// --draft-model).
+        #[arg(long, value_delimiter = ',')]
+        strategies: Vec<StrategyKind>,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8")]
+        k: Vec<usize>,
+        #[arg(long, default_value_t = 10)]
+        prompts_per_set: usize,
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        #[arg(long)]
+        draft_model: Option<PathBuf>,
+        #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
+        exit_layer: usize,
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Where spec.md and spec.csv go (git-ignored).
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -218,6 +245,51 @@ fn run() -> Result<()> {
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
             }
+            Ok(())
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Spec {
+                    model,
+                    prompts,
+                    mut strategies,
+                    k,
+                    prompts_per_set,
+                    max_tokens,
+                    draft_model,
+                    exit_layer,
+                    temperature,
+                    out,
+                },
+        } => {
+            if strategies.is_empty() {
+                strategies = vec![
+                    StrategyKind::Ngram,
+                    StrategyKind::Suffix,
+                    StrategyKind::EarlyExit,
+                ];
+                if draft_model.is_some() {
+                    strategies.push(StrategyKind::Draft);
+                }
+            }
+            let cfg = specgate::bench_spec::SpecBenchConfig {
+                model: resolve_model(model)?,
+                prompt_dir: prompts,
+                strategies,
+                ks: k,
+                prompts_per_set,
+                max_tokens,
+                draft_model,
+                exit_layer,
+                sampling: SamplingParams {
+                    temperature,
+                    ..SamplingParams::greedy()
+                },
+            };
+            let rows = specgate::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
+            println!("{}", specgate::bench_spec::markdown(&rows));
+            specgate::bench_spec::write_results(&out, &rows)?;
+            eprintln!("wrote {}/spec.md and spec.csv", out.display());
             Ok(())
         }
     }

@@ -92,3 +92,87 @@ fn bad_model_files_and_long_prompts_give_one_line_errors() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn speculative_generate_reports_its_statistics_and_matches_plain() {
+    let model = common::model_path();
+    let run = |strategy: &str| {
+        let (code, stdout, stderr) = specgate(&[
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--chat",
+            "--max-tokens",
+            "24",
+            "--json",
+            "--prompt",
+            "Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
+            "--strategy",
+            strategy,
+            "--k",
+            "4",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("one JSON object")
+    };
+    let plain = run("plain");
+    let spec = run("ngram");
+    for key in [
+        "strategy",
+        "k",
+        "drafted",
+        "accepted",
+        "acceptance_rate",
+        "tokens_per_pass",
+        "target_passes",
+    ] {
+        assert!(spec.get(key).is_some(), "missing {key} in {spec}");
+    }
+    assert_eq!(spec["strategy"], "ngram");
+    assert_eq!(
+        spec["token_ids"], plain["token_ids"],
+        "greedy output does not depend on the strategy"
+    );
+    let (passes, generated) = (
+        spec["target_passes"].as_u64().unwrap(),
+        spec["generated_tokens"].as_u64().unwrap(),
+    );
+    assert!(
+        passes <= generated + 1,
+        "at most one pass per token plus the prompt's"
+    );
+    assert_eq!(plain["drafted"], 0);
+}
+
+#[test]
+fn strategy_errors_are_clear() {
+    let model = common::model_path();
+    let m = model.to_str().unwrap();
+    // An unknown strategy is a usage error: clap's message (plus its help hint), exit 2.
+    let (code, _, stderr) = specgate(&[
+        "generate",
+        "--model",
+        m,
+        "--prompt",
+        "hi",
+        "--strategy",
+        "medusa",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("unknown strategy") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert_one_line_error(
+        &[
+            "generate",
+            "--model",
+            m,
+            "--prompt",
+            "hi",
+            "--strategy",
+            "draft",
+        ],
+        "--draft-model",
+    );
+}
