@@ -93,6 +93,17 @@ pub fn generate(
     drafter: &mut dyn Drafter,
     on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput, GenerateError> {
+    let seq = model.new_sequence();
+    let result = generate_in(model, seq, tok, prompt, params, drafter, on_text);
+    model.release(seq);
+    result
+}
+
+fn validate(
+    model: &Model,
+    prompt: &[TokenId],
+    params: &GenerateParams,
+) -> Result<(), GenerateError> {
     params.sampling.validate()?;
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
@@ -105,10 +116,7 @@ pub fn generate(
             context,
         });
     }
-    let seq = model.new_sequence();
-    let result = run(model, seq, tok, prompt, params, drafter, on_text);
-    model.release(seq);
-    result
+    Ok(())
 }
 
 /// The committed text so far and what ends it.
@@ -164,9 +172,9 @@ impl<F: FnMut(&str)> Output<'_, F> {
     }
 }
 
-/// [`generate`] on a sequence the caller created and will release (tests inspect its cache:
-/// it ends holding the prompt and every committed token but the last).
-pub fn run(
+/// [`generate`] on an empty sequence the caller created and will release (tests inspect its
+/// cache: it ends holding the prompt and every committed token but the last).
+pub fn generate_in(
     model: &mut Model,
     seq: SeqId,
     tok: &Tokenizer,
@@ -175,6 +183,7 @@ pub fn run(
     drafter: &mut dyn Drafter,
     on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput, GenerateError> {
+    validate(model, prompt, params)?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let vocab = model.config().vocab_size;
     let start = Instant::now();

@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use specgate::chat::ChatMessage;
-use specgate::generate::{generate, run, GenerateParams};
+use specgate::generate::{generate, generate_in, GenerateParams};
 use specgate::model::LogitRows;
 use specgate::prompts::load_prompt_sets;
 use specgate::strategy::{DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
@@ -156,7 +156,7 @@ fn rollback_leaves_the_cache_as_if_fed_from_scratch() {
         max_tokens: 96,
         ..params(6)
     };
-    let out = run(
+    let out = generate_in(
         &mut lm.model,
         seq,
         &lm.tokenizer,
@@ -189,4 +189,61 @@ fn rollback_leaves_the_cache_as_if_fed_from_scratch() {
     }
     lm.model.release(seq);
     lm.model.release(fresh);
+}
+
+#[test]
+fn a_draft_model_with_another_vocabulary_is_refused() {
+    use specgate::loaded::LoadedModel;
+    use specgate::model_drafter::ModelDrafter;
+    let dir = std::env::temp_dir().join(format!("specgate-tiny-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tiny = dir.join("tiny.gguf");
+    common::tiny::write_tiny_llama(&tiny);
+    // The file itself is a working model: the refusal is about its vocabulary alone.
+    let mut small = LoadedModel::load(&tiny).unwrap();
+    let p = GenerateParams {
+        max_tokens: 5,
+        ..params(0)
+    };
+    let ids = small.tokenizer.encode("ab c").unwrap();
+    let out = generate(
+        &mut small.model,
+        &small.tokenizer,
+        &ids,
+        &p,
+        &mut PlainDrafter,
+        |_| {},
+    )
+    .unwrap();
+    assert!(out.token_ids.iter().all(|&t| t < 8));
+    let lm = common::model();
+    let err = ModelDrafter::separate(&tiny, &lm.tokenizer, 0)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("vocabulary"), "{err}");
+    // Through the CLI: one line, non-zero exit.
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+        .args([
+            "generate",
+            "--model",
+            common::model_path().to_str().unwrap(),
+            "--prompt",
+            "hi",
+        ])
+        .args([
+            "--strategy",
+            "draft",
+            "--draft-model",
+            tiny.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(
+        !cli.status.success()
+            && stderr.trim().lines().count() == 1
+            && stderr.contains("vocabulary"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,6 +1,8 @@
 //! Shared by the tests that run the real model: find (or fetch) it once, load it once.
 #![allow(dead_code)]
 
+pub mod tiny;
+
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 

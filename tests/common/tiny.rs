@@ -1,0 +1,74 @@
+//! A tiny random-weight llama GGUF written by the tests themselves (8-token vocabulary,
+//! 1 layer, hidden 32): fast to load, and a model whose vocabulary differs from the target's.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+pub fn write_tiny_llama(path: &Path) {
+    let dev = Device::Cpu;
+    let q = |shape: (usize, usize), seed: f64| {
+        let t = Tensor::rand(-0.5f32, 0.5f32, shape, &dev).unwrap();
+        let t = (t * seed).unwrap();
+        QTensor::quantize(&t, GgmlDType::Q8_0).unwrap()
+    };
+    let ones = |n: usize| {
+        QTensor::quantize(
+            &Tensor::ones(n, candle_core::DType::F32, &dev).unwrap(),
+            GgmlDType::F32,
+        )
+        .unwrap()
+    };
+    let tokens = ["<unk>", "<s>", "<|im_end|>", "a", "b", "ab", "c", "d"];
+    let md: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.block_count", Value::U32(1)),
+        ("llama.embedding_length", Value::U32(32)),
+        ("llama.feed_forward_length", Value::U32(64)),
+        ("llama.attention.head_count", Value::U32(1)),
+        ("llama.attention.head_count_kv", Value::U32(1)),
+        ("llama.context_length", Value::U32(64)),
+        ("llama.rope.dimension_count", Value::U32(32)),
+        ("llama.rope.freq_base", Value::F32(10_000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("llama.vocab_size", Value::U32(tokens.len() as u32)),
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(
+                tokens
+                    .iter()
+                    .map(|t| Value::String(t.to_string()))
+                    .collect(),
+            ),
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(vec![Value::String("a b".into())]),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array([3, 3, 3, 1, 1, 1, 1, 1].map(Value::I32).to_vec()),
+        ),
+        ("tokenizer.ggml.eos_token_id", Value::U32(2)),
+    ];
+    let tensors: Vec<(&str, QTensor)> = vec![
+        ("token_embd.weight", q((8, 32), 1.0)),
+        ("output_norm.weight", ones(32)),
+        ("blk.0.attn_norm.weight", ones(32)),
+        ("blk.0.attn_q.weight", q((32, 32), 0.3)),
+        ("blk.0.attn_k.weight", q((32, 32), 0.3)),
+        ("blk.0.attn_v.weight", q((32, 32), 0.3)),
+        ("blk.0.attn_output.weight", q((32, 32), 0.3)),
+        ("blk.0.ffn_norm.weight", ones(32)),
+        ("blk.0.ffn_gate.weight", q((64, 32), 0.3)),
+        ("blk.0.ffn_up.weight", q((64, 32), 0.3)),
+        ("blk.0.ffn_down.weight", q((32, 64), 0.3)),
+    ];
+    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (*k, v)).collect();
+    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (*k, v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
+}
