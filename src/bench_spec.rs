@@ -18,11 +18,49 @@ use crate::prompts::load_prompt_sets;
 use crate::strategy::{DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
 use crate::SamplingParams;
 
+/// A k setting: fixed, or chosen per round by the adaptive controller up to a maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KChoice {
+    Fixed(usize),
+    Auto(usize),
+}
+
+impl std::fmt::Display for KChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fixed(k) => write!(f, "{k}"),
+            Self::Auto(k) => write!(f, "auto≤{k}"),
+        }
+    }
+}
+
+impl std::str::FromStr for KChoice {
+    type Err = String;
+
+    /// "4" is fixed k = 4; "auto" is adaptive up to 8; "auto6" adaptive up to 6.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("k must be a number, auto or autoN, not {s:?}");
+        match s.strip_prefix("auto") {
+            Some("") => Ok(Self::Auto(8)),
+            Some(n) => n.parse().map(Self::Auto).map_err(|_| bad()),
+            None => s.parse().map(Self::Fixed).map_err(|_| bad()),
+        }
+    }
+}
+
+impl KChoice {
+    fn max(self) -> usize {
+        match self {
+            Self::Fixed(k) | Self::Auto(k) => k,
+        }
+    }
+}
+
 pub struct SpecBenchConfig {
     pub model: PathBuf,
     pub prompt_dir: PathBuf,
     pub strategies: Vec<StrategyKind>,
-    pub ks: Vec<usize>,
+    pub ks: Vec<KChoice>,
     pub prompts_per_set: usize,
     pub max_tokens: usize,
     pub draft_model: Option<PathBuf>,
@@ -35,7 +73,7 @@ pub struct SpecBenchConfig {
 pub struct SpecRow {
     pub set: String,
     pub strategy: StrategyKind,
-    pub k: usize,
+    pub k: KChoice,
     pub tokens_per_second: f64,
     pub plain_tokens_per_second: f64,
     pub speedup_median: f64,
@@ -96,12 +134,13 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         }
         drafters.push((kind, built));
     }
-    let params = |k: usize| GenerateParams {
+    let params = |k: KChoice| GenerateParams {
         max_tokens: cfg.max_tokens,
         sampling: cfg.sampling,
         seed: 0,
         stop: vec![],
-        max_draft_tokens: k,
+        max_draft_tokens: k.max(),
+        adaptive_k: matches!(k, KChoice::Auto(_)),
     };
     let mut rows = Vec::new();
     for set in &sets {
@@ -117,7 +156,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
                 &mut lm.model,
                 &lm.tokenizer,
                 &ids,
-                &params(0),
+                &params(KChoice::Fixed(0)),
                 &mut *StrategyKind::Plain.build(&dcfg, &lm.tokenizer)?,
                 |_| {},
             )?;
@@ -162,6 +201,8 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
                 } else {
                     s.draft_time.as_secs_f64() / s.drafted as f64 / pass
                 };
+                // Drafts per round actually made (an adaptive k varies; lookups may find fewer).
+                let mean_k = s.drafted as f64 / s.rounds.max(1) as f64;
                 rows.push(SpecRow {
                     set: set.name.clone(),
                     strategy: *kind,
@@ -173,9 +214,9 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
                     acceptance_rate: s.acceptance_rate(),
                     tokens_per_pass: s.tokens_per_pass(),
                     c,
-                    predicted_speedup: predicted_speedup(s.alpha(), k, c),
+                    predicted_speedup: predicted_speedup(s.alpha(), k.max(), c),
                     verify_cost: v,
-                    predicted_with_verify_cost: s.tokens_per_pass() / (k as f64 * c + v),
+                    predicted_with_verify_cost: s.tokens_per_pass() / (mean_k * c + v),
                 });
             }
         }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+use specgate_policies::AdaptiveK;
 use specgate_strategies::{
     verify, Draft, DraftContext, Drafter, SamplingParams, SpecStats, TokenId,
 };
@@ -43,6 +44,9 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Most drafts per round (k); 0 is plain decoding whatever the drafter.
     pub max_draft_tokens: usize,
+    /// Choose k each round (up to `max_draft_tokens`) from the request's measured α and
+    /// costs, plain decoding included, instead of always drafting `max_draft_tokens`.
+    pub adaptive_k: bool,
 }
 
 /// Why generation ended, as OpenAI names it.
@@ -202,6 +206,9 @@ pub fn generate_in(
         on_text,
     };
     let mut stats = SpecStats::default();
+    let mut controller = params
+        .adaptive_k
+        .then(|| AdaptiveK::new(params.max_draft_tokens, 0.5));
     let mut history: Vec<TokenId> = prompt.to_vec();
     if out.finish.is_none() {
         out.push(pending)?;
@@ -209,9 +216,10 @@ pub fn generate_in(
     }
     while out.finish.is_none() {
         // Never draft past max_tokens: a round commits up to k + 1 tokens.
-        let k = params
-            .max_draft_tokens
-            .min(params.max_tokens - out.ids.len() - 1);
+        let wanted = controller
+            .as_mut()
+            .map_or(params.max_draft_tokens, AdaptiveK::next_k);
+        let k = wanted.min(params.max_tokens - out.ids.len() - 1);
         let ctx = DraftContext {
             tokens: &history,
             prompt_len: prompt.len(),
@@ -235,7 +243,16 @@ pub fn generate_in(
         );
         // Rejected drafts leave the cache; `verdict.next` is not in it yet.
         model.truncate(seq, base + 1 + verdict.accepted)?;
-        stats.record_round(draft.len(), verdict.accepted, draft_time, t.elapsed());
+        let verify_time = t.elapsed();
+        stats.record_round(draft.len(), verdict.accepted, draft_time, verify_time);
+        if let Some(c) = controller.as_mut() {
+            c.observe(
+                draft.len(),
+                verdict.accepted,
+                draft_time.as_secs_f64(),
+                verify_time.as_secs_f64(),
+            );
+        }
         let committed = draft.tokens[..verdict.accepted]
             .iter()
             .chain([&verdict.next]);

@@ -67,8 +67,9 @@ enum BenchCommand {
         /// --draft-model).
         #[arg(long, value_delimiter = ',')]
         strategies: Vec<StrategyKind>,
-        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8")]
-        k: Vec<usize>,
+        /// k values: numbers, and `auto` (adaptive up to 8) or `autoN`.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8,auto")]
+        k: Vec<specgate::bench_spec::KChoice>,
         #[arg(long, default_value_t = 10)]
         prompts_per_set: usize,
         #[arg(long, default_value_t = 64)]
@@ -122,6 +123,10 @@ struct GenerateArgs {
     /// The draft model for --strategy draft (a GGUF with the target's vocabulary).
     #[arg(long)]
     draft_model: Option<PathBuf>,
+    /// Choose k each round (up to --k) from the measured acceptance and costs, plain
+    /// decoding included.
+    #[arg(long)]
+    adaptive_k: bool,
     /// Layers the early-exit draft keeps (of the target's).
     #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
@@ -163,6 +168,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         } else {
             args.k
         },
+        adaptive_k: args.adaptive_k,
     };
     let cfg = DrafterConfig {
         target_path: path.clone(),

@@ -14,6 +14,7 @@ fn params(sampling: SamplingParams, seed: u64, max_tokens: usize) -> GeneratePar
         seed,
         stop: vec![],
         max_draft_tokens: 0,
+        adaptive_k: false,
     }
 }
 

@@ -70,6 +70,7 @@ fn greedy_tokens_equal_llama_cpp_except_at_ties() {
         seed: 0,
         stop: vec![],
         max_draft_tokens: 0,
+        adaptive_k: false,
     };
     for (n, p) in reference.prompts.iter().enumerate() {
         let text = lm.chat_prompt(&p.messages).unwrap();

@@ -1,5 +1,5 @@
 //! Speculative decoding on the real model: greedy output equals plain greedy output token for
-//! token for every strategy and k on every shipped prompt, and rollback leaves the target's
+//! token for every strategy and k (fixed or adaptive) on every shipped prompt, and rollback leaves the target's
 //! cache exactly as if the final sequence had been fed from scratch.
 
 mod common;
@@ -26,6 +26,7 @@ fn params(k: usize) -> GenerateParams {
         seed: 0,
         stop: vec![],
         max_draft_tokens: k,
+        adaptive_k: false,
     }
 }
 
@@ -87,12 +88,17 @@ fn greedy_speculative_equals_plain_for_every_strategy_and_k() {
             )
             .unwrap();
             for (kind, drafter) in drafters.iter_mut() {
-                for k in [1, 4, 8] {
+                // k = 1, 4, 8, then k chosen per round (up to 8) by the adaptive controller.
+                for (k, adaptive) in [(1, false), (4, false), (8, false), (8, true)] {
+                    let p = GenerateParams {
+                        adaptive_k: adaptive,
+                        ..params(k)
+                    };
                     let spec = generate(
                         &mut lm.model,
                         &lm.tokenizer,
                         &ids,
-                        &params(k),
+                        &p,
                         drafter.as_mut(),
                         |_| {},
                     )
@@ -137,7 +143,7 @@ fn greedy_speculative_equals_plain_for_every_strategy_and_k() {
         }
     }
     eprintln!("{checked} speculative runs equal plain greedy; {ties} ended at numerical ties");
-    assert!(checked >= 360);
+    assert!(checked >= 480);
 }
 
 #[test]

@@ -1,2 +1,6 @@
 //! specgate's policy engine: per-route acceptance statistics, the cost model, and the choice
-//! of draft strategy and k. Pure: no async, no storage, time passed in.
+//! of draft strategy and k. Pure: no async, no storage; times are passed in as numbers.
+
+pub mod adaptive_k;
+
+pub use adaptive_k::{expected_speedup, AdaptiveK};
