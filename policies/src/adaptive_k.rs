@@ -148,7 +148,7 @@ mod tests {
             (x >> 11) as f64 / (1u64 << 53) as f64
         };
         let (mut tokens, mut secs) = (0.0, 0.0);
-        let mut chosen = vec![0usize; 9];
+        let mut chosen = [0usize; 9];
         for _ in 0..rounds {
             let k = ctl.next_k();
             chosen[k] += 1;
