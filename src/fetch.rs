@@ -37,6 +37,40 @@ pub fn default_model_path() -> PathBuf {
     dir.join(DEFAULT_MODEL_FILE)
 }
 
+/// A file beside the model recording the checksum it was verified against with the file's
+/// size and modification time, so later starts skip re-hashing 98 MB unless the file changed.
+fn stamp_path(model: &Path) -> PathBuf {
+    let mut name = model.file_name().unwrap_or_default().to_os_string();
+    name.push(".verified");
+    model.with_file_name(name)
+}
+
+fn stamp_text(model: &Path) -> Option<String> {
+    let meta = std::fs::metadata(model).ok()?;
+    let mtime = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(format!(
+        "{DEFAULT_MODEL_SHA256} {} {}",
+        meta.len(),
+        mtime.as_nanos()
+    ))
+}
+
+fn stamp_matches(model: &Path) -> bool {
+    let on_disk = std::fs::read_to_string(stamp_path(model)).ok();
+    on_disk.is_some() && on_disk == stamp_text(model)
+}
+
+/// Best effort: without a stamp the next start just hashes again.
+fn write_stamp(model: &Path) {
+    if let Some(text) = stamp_text(model) {
+        let _ = std::fs::write(stamp_path(model), text);
+    }
+}
+
 pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
     let mut f = File::open(path).map_err(|e| io_err("open", path, e))?;
     let mut h = Sha256::new();
@@ -55,8 +89,12 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
 /// checksum. Progress goes to `log` (stderr for the CLI).
 pub fn ensure_default_model(dest: &Path, log: &mut dyn Write) -> Result<PathBuf, FetchError> {
     if dest.exists() {
+        if stamp_matches(dest) {
+            return Ok(dest.to_path_buf());
+        }
         let got = sha256_file(dest)?;
         if got == DEFAULT_MODEL_SHA256 {
+            write_stamp(dest);
             return Ok(dest.to_path_buf());
         }
         let _ = writeln!(
@@ -87,6 +125,7 @@ pub fn ensure_default_model(dest: &Path, log: &mut dyn Write) -> Result<PathBuf,
             got,
         });
     }
+    write_stamp(dest);
     let _ = writeln!(log, "model ready at {}", dest.display());
     Ok(dest.to_path_buf())
 }
