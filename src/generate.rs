@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use specgate_policies::AdaptiveK;
 use specgate_strategies::{
-    verify, Draft, DraftContext, Drafter, SamplingParams, SpecStats, TokenId,
+    verify, Draft, DraftContext, Drafter, SamplingParams, SpecStats, TokenId, Verdict,
 };
 
 use crate::model::{LogitRows, Model, ModelError, SeqId};
@@ -189,7 +189,6 @@ pub fn generate_in(
 ) -> Result<GenerateOutput, GenerateError> {
     validate(model, prompt, params)?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    let vocab = model.config().vocab_size;
     let start = Instant::now();
     let first = model.forward_one(seq, prompt, LogitRows::Last)?;
     let mut pending = params.sampling.sample(first.row(0, 0), &mut rng);
@@ -225,32 +224,16 @@ pub fn generate_in(
             prompt_len: prompt.len(),
             sampling: &params.sampling,
         };
-        let t = Instant::now();
-        let draft = propose(drafter, &ctx, k, vocab, &mut stats);
-        let draft_time = t.elapsed();
-        let t = Instant::now();
-        let base = model.seq_len(seq).unwrap_or(0);
-        let mut input = Vec::with_capacity(draft.len() + 1);
-        input.push(pending);
-        input.extend_from_slice(&draft.tokens);
-        let rows = model.forward_one(seq, &input, LogitRows::All)?;
-        let verdict = verify(
-            &draft,
-            rows.item_logits(0),
-            vocab,
-            &params.sampling,
-            &mut rng,
-        );
-        // Rejected drafts leave the cache; `verdict.next` is not in it yet.
-        model.truncate(seq, base + 1 + verdict.accepted)?;
-        let verify_time = t.elapsed();
-        stats.record_round(draft.len(), verdict.accepted, draft_time, verify_time);
+        let round = speculate(
+            model, seq, drafter, &ctx, k, pending, params, &mut rng, &mut stats,
+        )?;
+        let (draft, verdict) = (round.draft, round.verdict);
         if let Some(c) = controller.as_mut() {
             c.observe(
                 draft.len(),
                 verdict.accepted,
-                draft_time.as_secs_f64(),
-                verify_time.as_secs_f64(),
+                round.draft_secs,
+                round.verify_secs,
             );
         }
         let committed = draft.tokens[..verdict.accepted]
@@ -292,6 +275,51 @@ pub fn generate_in(
         stats,
         prefill_time,
         decode_time: start.elapsed(),
+    })
+}
+
+/// What one round drafted, what verification decided, and the seconds each took.
+struct Round {
+    draft: Draft,
+    verdict: Verdict,
+    draft_secs: f64,
+    verify_secs: f64,
+}
+
+/// One round: propose up to k drafts, run `[pending] + drafts` through the target in one
+/// pass, verify, and roll the cache back to `pending` plus the accepted drafts.
+#[allow(clippy::too_many_arguments)]
+fn speculate(
+    model: &mut Model,
+    seq: SeqId,
+    drafter: &mut dyn Drafter,
+    ctx: &DraftContext<'_>,
+    k: usize,
+    pending: TokenId,
+    params: &GenerateParams,
+    rng: &mut ChaCha8Rng,
+    stats: &mut SpecStats,
+) -> Result<Round, GenerateError> {
+    let vocab = model.config().vocab_size;
+    let t = Instant::now();
+    let draft = propose(drafter, ctx, k, vocab, stats);
+    let draft_time = t.elapsed();
+    let t = Instant::now();
+    let base = model.seq_len(seq).unwrap_or(0);
+    let mut input = Vec::with_capacity(draft.len() + 1);
+    input.push(pending);
+    input.extend_from_slice(&draft.tokens);
+    let rows = model.forward_one(seq, &input, LogitRows::All)?; // [k + 1, vocab]
+    let verdict = verify(&draft, rows.item_logits(0), vocab, &params.sampling, rng);
+    // Rejected drafts leave the cache; `verdict.next` is not in it yet.
+    model.truncate(seq, base + 1 + verdict.accepted)?;
+    let verify_time = t.elapsed();
+    stats.record_round(draft.len(), verdict.accepted, draft_time, verify_time);
+    Ok(Round {
+        draft,
+        verdict,
+        draft_secs: draft_time.as_secs_f64(),
+        verify_secs: verify_time.as_secs_f64(),
     })
 }
 
