@@ -8,14 +8,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use specgate_strategies::{predicted_speedup, Drafter, SpecStats, SuffixCache};
+use specgate_strategies::{predicted_speedup, SpecStats, SuffixCache};
 
 use crate::bench::median;
 use crate::chat::ChatMessage;
 use crate::generate::{generate, GenerateOutput, GenerateParams};
 use crate::loaded::LoadedModel;
 use crate::prompts::load_prompt_sets;
-use crate::strategy::{DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
+use crate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
 use crate::SamplingParams;
 
 /// A k setting: fixed, or chosen per round by the adaptive controller up to a maximum.
@@ -114,7 +114,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
     // Model drafters load weights once and serve every k. Suffix drafters get one cache per
     // k: a shared cache would hold this very prompt's output from the previous k's run and
     // report acceptance no real traffic sees.
-    let mut drafters: Vec<(StrategyKind, Vec<Box<dyn Drafter>>)> = Vec::new();
+    let mut drafters: Vec<(StrategyKind, Vec<crate::strategy::BoxedDrafter>)> = Vec::new();
     for &kind in &cfg.strategies {
         let copies = if kind == StrategyKind::Suffix {
             cfg.ks.len()

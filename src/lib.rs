@@ -7,14 +7,18 @@
 pub mod bench;
 pub mod bench_spec;
 pub mod chat;
+pub mod engine;
 pub mod fetch;
+pub mod gateway;
 pub mod generate;
 pub mod loaded;
 pub mod model;
 pub mod model_drafter;
 pub mod prompts;
+pub mod sequence;
 pub mod stop;
 pub mod strategy;
+pub mod telemetry;
 pub mod tokenizer;
 
 pub use specgate_strategies::{SamplingParams, TokenId};

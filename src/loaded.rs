@@ -1,6 +1,7 @@
 //! A model file opened for generation: weights plus the tokenizer from the same GGUF.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::chat::{render_chat, ChatError, ChatMessage};
 use crate::model::{MatmulBackend, Model, ModelError};
@@ -16,7 +17,7 @@ pub enum LoadError {
 
 pub struct LoadedModel {
     pub model: Model,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
 }
 
 impl LoadedModel {
@@ -35,19 +36,21 @@ impl LoadedModel {
             ))
             .into());
         }
-        Ok(Self { model, tokenizer })
+        Ok(Self {
+            model,
+            tokenizer: Arc::new(tokenizer),
+        })
     }
 
     /// The prompt text for a chat, from the model's template, ready to encode.
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, ChatError> {
-        let template = self
-            .tokenizer
-            .chat_template()
-            .ok_or(ChatError::NoTemplate)?;
-        let eos = self
-            .tokenizer
-            .token_str(self.tokenizer.eos())
-            .unwrap_or_default();
-        render_chat(template, messages, true, "", &eos)
+        chat_prompt(&self.tokenizer, messages)
     }
+}
+
+/// The prompt text for a chat from the template in the tokenizer's GGUF.
+pub fn chat_prompt(tok: &Tokenizer, messages: &[ChatMessage]) -> Result<String, ChatError> {
+    let template = tok.chat_template().ok_or(ChatError::NoTemplate)?;
+    let eos = tok.token_str(tok.eos()).unwrap_or_default();
+    render_chat(template, messages, true, "", &eos)
 }

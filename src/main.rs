@@ -11,7 +11,7 @@ use specgate::chat::ChatMessage;
 use specgate::fetch::{default_model_path, ensure_default_model};
 use specgate::generate::{generate, GenerateParams};
 use specgate::loaded::LoadedModel;
-use specgate::strategy::{DrafterConfig, StrategyKind};
+use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind};
 use specgate::SamplingParams;
 
 #[derive(Parser)]
@@ -27,6 +27,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the OpenAI-compatible API (fetches the default model on first use).
+    Serve(ServeArgs),
     /// Generate text for one prompt, streaming it to stdout.
     Generate(GenerateArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
@@ -84,6 +86,57 @@ enum BenchCommand {
         #[arg(long, default_value = "results")]
         out: PathBuf,
     },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// A llama-architecture GGUF file (default: the fetched SmolLM2-135M-Instruct).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// The store (tenants, keys).
+    #[arg(long, default_value = "data/specgate.db")]
+    db: PathBuf,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port (printed on stdout).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Token for /admin (also SPECGATE_ADMIN_TOKEN); without one the admin API is off.
+    #[arg(long, env = "SPECGATE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// A separate draft model (same vocabulary) for the `draft` strategy.
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
+    #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
+    exit_layer: usize,
+    /// Most tokens in one engine step (decode, verify and prefill rows together).
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
+    /// Most prompt tokens of one sequence per step.
+    #[arg(long, default_value_t = 64)]
+    prefill_chunk: usize,
+    /// Batch slots (live sequences).
+    #[arg(long, default_value_t = 16)]
+    max_sequences: usize,
+    /// KV cache memory live sequences may reserve, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    kv_budget_mib: usize,
+    /// Requests that may wait for a slot before 429.
+    #[arg(long, default_value_t = 64)]
+    queue_capacity: usize,
+    /// Occupancy (busy sequences / slots) at which speculation turns off.
+    #[arg(long, default_value_t = 0.5)]
+    spec_off_occupancy: f64,
+    #[arg(long, default_value_t = 2048)]
+    max_tokens_limit: usize,
+    #[arg(long, default_value_t = 256)]
+    default_max_tokens: usize,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    body_limit: usize,
+    /// HTTP worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
 }
 
 #[derive(Args)]
@@ -227,8 +280,35 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+fn run_serve(args: ServeArgs) -> Result<()> {
+    let cfg = specgate::gateway::ServeConfig {
+        model: resolve_model(args.model)?,
+        db: args.db,
+        host: args.host,
+        port: args.port,
+        admin_token: args.admin_token,
+        draft_model: args.draft_model,
+        exit_layer: args.exit_layer,
+        engine: specgate::engine::EngineConfig {
+            max_batch_tokens: args.max_batch_tokens,
+            prefill_chunk: args.prefill_chunk,
+            max_sequences: args.max_sequences,
+            kv_budget_bytes: args.kv_budget_mib << 20,
+            queue_capacity: args.queue_capacity,
+            spec_off_occupancy: args.spec_off_occupancy,
+        },
+        max_tokens_limit: args.max_tokens_limit,
+        default_max_tokens: args.default_max_tokens,
+        body_limit: args.body_limit,
+        workers: args.workers,
+    };
+    actix_web::rt::System::new().block_on(specgate::gateway::serve(cfg))?;
+    Ok(())
+}
+
 fn run() -> Result<()> {
     match Cli::parse().command {
+        Command::Serve(args) => run_serve(args),
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);

@@ -3,6 +3,7 @@
 //! sequence and rolls it back to whatever the target committed.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -11,10 +12,13 @@ use specgate_strategies::{sample_from, Draft, DraftContext, DraftError, Drafter,
 use crate::model::{LogitRows, MatmulBackend, Model, ModelError, SeqId};
 use crate::tokenizer::Tokenizer;
 
+/// Draft-model weights shared by the drafters of many sequences (each has its own cache).
+pub type SharedModel = Arc<Mutex<Model>>;
+
 /// A draft model and the one sequence it drafts for.
 pub struct ModelDrafter {
     name: &'static str,
-    model: Model,
+    model: SharedModel,
     seq: SeqId,
     fed: Vec<TokenId>, // tokens in the draft model's cache
     rng: ChaCha8Rng,
@@ -24,6 +28,8 @@ pub struct ModelDrafter {
 pub enum DraftModelError {
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error("the draft model's lock was poisoned by a panic")]
+    Poisoned,
     #[error("draft model {path}: {why}; it must share the target's vocabulary")]
     Vocabulary { path: String, why: String },
 }
@@ -31,6 +37,11 @@ pub enum DraftModelError {
 impl ModelDrafter {
     /// A separate draft model; refused unless its vocabulary equals the target's.
     pub fn separate(path: &Path, target: &Tokenizer, seed: u64) -> Result<Self, DraftModelError> {
+        Self::for_sequence("draft", Self::load_separate(path, target)?, seed)
+    }
+
+    /// Load a separate draft model, refused unless its vocabulary equals the target's.
+    pub fn load_separate(path: &Path, target: &Tokenizer) -> Result<SharedModel, DraftModelError> {
         let (model, md) = Model::load_layers(path, MatmulBackend::default(), None)?;
         let vocab_err = |why: String| DraftModelError::Vocabulary {
             path: path.display().to_string(),
@@ -49,7 +60,7 @@ impl ModelDrafter {
         if let Some(i) = differs {
             return Err(vocab_err(format!("token {i} differs")));
         }
-        Ok(Self::new("draft", model, seed))
+        Ok(Arc::new(Mutex::new(model)))
     }
 
     /// The target's first `layers` layers, final norm and LM head.
@@ -58,19 +69,46 @@ impl ModelDrafter {
         layers: usize,
         seed: u64,
     ) -> Result<Self, DraftModelError> {
-        let (model, _) = Model::load_layers(target_path, MatmulBackend::default(), Some(layers))?;
-        Ok(Self::new("early-exit", model, seed))
+        Self::for_sequence(
+            "early-exit",
+            Self::load_early_exit(target_path, layers)?,
+            seed,
+        )
     }
 
-    fn new(name: &'static str, mut model: Model, seed: u64) -> Self {
-        let seq = model.new_sequence();
-        Self {
+    /// Load the target's first `layers` layers as a draft model.
+    pub fn load_early_exit(
+        target_path: &Path,
+        layers: usize,
+    ) -> Result<SharedModel, DraftModelError> {
+        let (model, _) = Model::load_layers(target_path, MatmulBackend::default(), Some(layers))?;
+        Ok(Arc::new(Mutex::new(model)))
+    }
+
+    /// A drafter with its own sequence in a shared draft model; the sequence is released
+    /// when the drafter is dropped.
+    pub fn for_sequence(
+        name: &'static str,
+        model: SharedModel,
+        seed: u64,
+    ) -> Result<Self, DraftModelError> {
+        let seq = model
+            .lock()
+            .map_err(|_| DraftModelError::Poisoned)?
+            .new_sequence();
+        Ok(Self {
             name,
             model,
             seq,
             fed: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
-        }
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Model>, ModelError> {
+        self.model
+            .lock()
+            .map_err(|_| ModelError::Invalid("draft model lock poisoned".into()))
     }
 
     /// Bring the draft cache to `tokens` (roll back what diverged, feed what is missing) and
@@ -84,11 +122,13 @@ impl ModelDrafter {
             .count();
         // Keep at least one token to feed, so there is a row of logits to draft from.
         let keep = common.min(tokens.len() - 1);
-        self.model.truncate(self.seq, keep)?;
+        let shared = Arc::clone(&self.model);
+        let mut model = shared
+            .lock()
+            .map_err(|_| ModelError::Invalid("draft model lock poisoned".into()))?;
+        model.truncate(self.seq, keep)?;
         self.fed.truncate(keep);
-        let out = self
-            .model
-            .forward_one(self.seq, &tokens[keep..], LogitRows::Last)?;
+        let out = model.forward_one(self.seq, &tokens[keep..], LogitRows::Last)?;
         self.fed.extend_from_slice(&tokens[keep..]);
         Ok(out.row(0, 0).to_vec())
     }
@@ -105,7 +145,8 @@ impl Drafter for ModelDrafter {
             return Ok(Draft::empty());
         }
         let room = self
-            .model
+            .lock()
+            .map_err(err)?
             .config()
             .context_length
             .saturating_sub(ctx.tokens.len() + 1);
@@ -125,7 +166,8 @@ impl Drafter for ModelDrafter {
             }
             if i + 1 < k {
                 let out = self
-                    .model
+                    .lock()
+                    .map_err(err)?
                     .forward_one(self.seq, &[t], LogitRows::Last)
                     .map_err(err)?;
                 self.fed.push(t);
@@ -133,5 +175,13 @@ impl Drafter for ModelDrafter {
             }
         }
         Ok(draft)
+    }
+}
+
+impl Drop for ModelDrafter {
+    fn drop(&mut self) {
+        if let Ok(mut model) = self.model.lock() {
+            model.release(self.seq);
+        }
     }
 }

@@ -10,7 +10,7 @@ use specgate::chat::ChatMessage;
 use specgate::generate::{generate, generate_in, GenerateParams};
 use specgate::model::LogitRows;
 use specgate::prompts::load_prompt_sets;
-use specgate::strategy::{DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
 use specgate::SamplingParams;
 use specgate_strategies::{argmax, Drafter, NgramDrafter, PlainDrafter, SuffixCache};
 use std::sync::{Arc, Mutex};

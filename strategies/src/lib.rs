@@ -2,6 +2,7 @@
 //! HTTP, storage or global state. Time and randomness are passed in.
 
 pub mod draft;
+pub mod kind;
 pub mod ngram;
 pub mod sampling;
 pub mod stats;
@@ -12,6 +13,7 @@ pub mod verify;
 pub type TokenId = u32;
 
 pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
+pub use kind::{StrategyKind, UnknownStrategy};
 pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, predicted_speedup, SpecStats};

@@ -1,0 +1,343 @@
+//! The engine thread's loop: admit, gather one ragged batch, run it, settle every sequence.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use specgate_policies::k_under_load;
+
+use super::{Command, EngineConfig, EngineStatus, Event, RequestId, Submission, Summary};
+use crate::generate::GenerateError;
+use crate::loaded::LoadedModel;
+use crate::model::{BatchItem, ForwardOptions, LogitRows};
+use crate::sequence::{FinishReason, RoundInput, SequenceState};
+
+/// A sequence in a batch slot.
+struct Live {
+    sub: Box<Submission>,
+    state: SequenceState,
+    prefilled: usize,
+    reserved: usize,
+    queued: Duration,
+}
+
+/// One sequence's share of a step.
+enum Work {
+    Round(usize, RoundInput),
+    Prefill(usize, usize), // live index, tokens
+}
+
+/// The engine thread's state. Owns the model; everything else reaches it through commands.
+pub struct Engine {
+    lm: LoadedModel,
+    config: Arc<EngineConfig>,
+    status: Arc<EngineStatus>,
+    rx: mpsc::Receiver<Command>,
+    waiting: VecDeque<(Box<Submission>, Instant)>,
+    live: Vec<Live>,
+    reserved: usize,
+}
+
+impl Engine {
+    pub(super) fn new(
+        lm: LoadedModel,
+        config: Arc<EngineConfig>,
+        status: Arc<EngineStatus>,
+        rx: mpsc::Receiver<Command>,
+    ) -> Self {
+        Self {
+            lm,
+            config,
+            status,
+            rx,
+            waiting: VecDeque::new(),
+            live: Vec::new(),
+            reserved: 0,
+        }
+    }
+
+    /// Run until every handle is gone. A panic inside a step fails every request in flight
+    /// and marks the engine dead (readiness turns false, submissions get 503) instead of
+    /// leaving clients hanging.
+    pub fn run(mut self) {
+        loop {
+            if !self.receive() {
+                break;
+            }
+            let stepped = catch_unwind(AssertUnwindSafe(|| self.step()));
+            if stepped.is_err() {
+                self.fail_all("the engine failed while running a batch");
+                break;
+            }
+            self.publish();
+        }
+        self.status.alive.store(false, Ordering::SeqCst);
+        self.publish();
+    }
+
+    /// Take commands: block while there is nothing to do. False when every handle is gone.
+    fn receive(&mut self) -> bool {
+        if self.live.is_empty() && self.waiting.is_empty() {
+            match self.rx.recv() {
+                Ok(cmd) => self.apply(cmd),
+                Err(_) => return false,
+            }
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(cmd) => self.apply(cmd),
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return !(self.live.is_empty() && self.waiting.is_empty());
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(sub) => self.waiting.push_back((sub, Instant::now())),
+            Command::Cancel(id) => self.cancel(id),
+        }
+    }
+
+    fn cancel(&mut self, id: RequestId) {
+        if let Some(i) = self.waiting.iter().position(|(s, _)| s.id == id) {
+            self.waiting.remove(i);
+            self.status.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        if let Some(i) = self.live.iter().position(|l| l.sub.id == id) {
+            self.retire(i);
+        }
+    }
+
+    /// Free a slot and its cache.
+    fn retire(&mut self, i: usize) {
+        let live = self.live.swap_remove(i);
+        crate::telemetry::record_spec(&live.sub.route, &live.sub.plan, &live.state.stats);
+        self.lm.model.release(live.state.seq);
+        self.reserved -= live.reserved;
+    }
+
+    fn step(&mut self) {
+        // Clients that went away: free their caches before spending a pass on them.
+        for i in (0..self.live.len()).rev() {
+            if self.live[i].sub.events.is_closed() {
+                metrics::counter!("specgate_requests_cancelled_total").increment(1);
+                self.retire(i);
+            }
+        }
+        self.admit();
+        if self.live.is_empty() {
+            return;
+        }
+        let work = self.gather();
+        let items: Vec<BatchItem<'_>> = work
+            .iter()
+            .map(|w| match w {
+                Work::Round(i, round) => BatchItem {
+                    seq: self.live[*i].state.seq,
+                    tokens: &round.tokens,
+                    logits: LogitRows::All,
+                },
+                Work::Prefill(i, n) => {
+                    let l = &self.live[*i];
+                    let done = l.prefilled + n == l.state.prompt().len();
+                    BatchItem {
+                        seq: l.state.seq,
+                        tokens: &l.state.prompt()[l.prefilled..l.prefilled + n],
+                        logits: if done {
+                            LogitRows::Last
+                        } else {
+                            LogitRows::None
+                        },
+                    }
+                }
+            })
+            .collect();
+        let batch_tokens: usize = items.iter().map(|it| it.tokens.len()).sum();
+        let t = Instant::now();
+        let result = self.lm.model.forward(&items, ForwardOptions::default());
+        let pass = t.elapsed();
+        metrics::histogram!("specgate_batch_tokens").record(batch_tokens as f64);
+        metrics::histogram!("specgate_batch_sequences").record(work.len() as f64);
+        metrics::histogram!("specgate_step_seconds").record(pass.as_secs_f64());
+        self.status.steps.fetch_add(1, Ordering::Relaxed);
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                self.fail_all(&format!("the engine failed: {e}"));
+                return;
+            }
+        };
+        let mut ended = Vec::new();
+        for (slot, w) in work.into_iter().enumerate() {
+            let (i, outcome) = match w {
+                Work::Round(i, round) => {
+                    let l = &mut self.live[i];
+                    let r = l.state.settle(
+                        &mut self.lm.model,
+                        round,
+                        out.item_logits(slot),
+                        pass,
+                        &mut *l.sub.drafter,
+                        &self.lm.tokenizer,
+                    );
+                    (i, r)
+                }
+                Work::Prefill(i, n) => {
+                    let l = &mut self.live[i];
+                    l.prefilled += n;
+                    if l.prefilled < l.state.prompt().len() {
+                        continue;
+                    }
+                    (i, l.state.start(out.row(slot, 0), &self.lm.tokenizer))
+                }
+            };
+            if self.deliver(i, outcome) {
+                ended.push(i);
+            }
+        }
+        ended.sort_unstable();
+        for i in ended.into_iter().rev() {
+            self.retire(i);
+        }
+    }
+
+    /// Move waiting requests into free slots while their KV reservation fits (FIFO: a large
+    /// request at the head is not overtaken, so it cannot starve).
+    fn admit(&mut self) {
+        while self.live.len() < self.config.max_sequences {
+            let Some((sub, _)) = self.waiting.front() else {
+                break;
+            };
+            let reserve = self.reservation(sub);
+            if self.reserved + reserve > self.config.kv_budget_bytes && !self.live.is_empty() {
+                break;
+            }
+            let Some((sub, since)) = self.waiting.pop_front() else {
+                break;
+            };
+            self.status.queued.fetch_sub(1, Ordering::SeqCst);
+            if sub.events.is_closed() {
+                continue;
+            }
+            let seq = self.lm.model.new_sequence();
+            let state = SequenceState::new(seq, &sub.prompt, &sub.params);
+            self.reserved += reserve;
+            self.live.push(Live {
+                sub,
+                state,
+                prefilled: 0,
+                reserved: reserve,
+                queued: since.elapsed(),
+            });
+        }
+    }
+
+    fn reservation(&self, sub: &Submission) -> usize {
+        let cfg = self.lm.model.config();
+        let per_token = cfg.n_layers * cfg.kv_width() * 2 * 2;
+        (sub.prompt.len() + sub.params.max_tokens + sub.plan.k + 1) * per_token
+    }
+
+    /// This step's work: every decoding sequence's round first (latency), then prompt chunks
+    /// with the budget left. k is shrunk by the load the engine is under right now.
+    fn gather(&mut self) -> Vec<Work> {
+        let load = super::load_of(
+            self.live.len() + self.waiting.len(),
+            self.config.max_sequences,
+        );
+        let k_cap = k_under_load(usize::MAX / 2, load, self.config.spec_off_occupancy);
+        let vocab = self.lm.model.config().vocab_size;
+        let mut budget = self.config.max_batch_tokens.max(1);
+        let mut work = Vec::with_capacity(self.live.len());
+        for (i, l) in self.live.iter_mut().enumerate() {
+            let decoding = l.prefilled == l.state.prompt().len();
+            if !decoding || l.state.is_finished() || budget == 0 {
+                continue;
+            }
+            let k = k_cap.min(l.sub.plan.k).min(budget - 1);
+            let round = l.state.propose(&mut *l.sub.drafter, k, vocab);
+            budget -= round.tokens.len();
+            work.push(Work::Round(i, round));
+        }
+        for (i, l) in self.live.iter().enumerate() {
+            let left = l.state.prompt().len() - l.prefilled;
+            if left == 0 || budget == 0 {
+                continue;
+            }
+            let n = left.min(self.config.prefill_chunk.max(1)).min(budget);
+            budget -= n;
+            work.push(Work::Prefill(i, n));
+        }
+        work
+    }
+
+    /// Send a step's outcome to its request; true when the sequence has ended.
+    fn deliver(&mut self, i: usize, outcome: Result<String, GenerateError>) -> bool {
+        let l = &mut self.live[i];
+        let text = match outcome {
+            Ok(text) => text,
+            Err(e) => {
+                let _ = l.sub.events.send(Event::Failed(e.to_string()));
+                return true;
+            }
+        };
+        let tokens = l.state.generated().len();
+        let _ = l.sub.events.send(Event::Text {
+            text,
+            generated: tokens,
+        });
+        if !l.state.is_finished() {
+            return false;
+        }
+        let tail = match l.state.finish(&mut *l.sub.drafter, &self.lm.tokenizer) {
+            Ok(tail) => tail,
+            Err(e) => {
+                let _ = l.sub.events.send(Event::Failed(e.to_string()));
+                return true;
+            }
+        };
+        if !tail.is_empty() {
+            let _ = l.sub.events.send(Event::Text {
+                text: tail,
+                generated: tokens,
+            });
+        }
+        let summary = Summary {
+            prompt_tokens: l.state.prompt().len(),
+            completion_tokens: tokens,
+            finish_reason: l.state.finish_reason().unwrap_or(FinishReason::Length),
+            plan: l.sub.plan,
+            stats: l.state.stats.clone(),
+            queued: l.queued,
+        };
+        let _ = l.sub.events.send(Event::Done(summary));
+        true
+    }
+
+    fn fail_all(&mut self, why: &str) {
+        for l in self.live.drain(..) {
+            let _ = l.sub.events.send(Event::Failed(why.to_string()));
+            self.lm.model.release(l.state.seq);
+        }
+        for (sub, _) in self.waiting.drain(..) {
+            let _ = sub.events.send(Event::Failed(why.to_string()));
+        }
+        self.reserved = 0;
+        self.status.queued.store(0, Ordering::SeqCst);
+    }
+
+    fn publish(&self) {
+        let kv = self.lm.model.kv_bytes();
+        self.status.live.store(self.live.len(), Ordering::Relaxed);
+        self.status.kv_bytes.store(kv, Ordering::Relaxed);
+        metrics::gauge!("specgate_live_sequences").set(self.live.len() as f64);
+        metrics::gauge!("specgate_queue_depth").set(self.waiting.len() as f64);
+        metrics::gauge!("specgate_kv_cache_bytes").set(kv as f64);
+        metrics::gauge!("specgate_kv_cache_reserved_bytes").set(self.reserved as f64);
+    }
+}

@@ -1,0 +1,230 @@
+//! The engine: one thread that owns the target model and runs continuous batching over every
+//! live sequence. Each step gathers the pending verify rounds (decode steps are rounds with
+//! no drafts) and chunks of new prompts into one ragged forward, bounded by a token budget;
+//! a sequence's KV cache is freed the moment it ends, is cancelled or its client goes away.
+//!
+//! Callers hold a cheap [`EngineHandle`] that sends [`Command`]s (TGI's queue shape): the
+//! thread owns plain state, no locks on the hot path. Load is published through atomics so
+//! planners can read it without a round trip.
+
+mod batch;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use specgate_policies::{Load, SpecPlan, WorkloadClass};
+use specgate_strategies::{SpecStats, TokenId};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::generate::GenerateParams;
+use crate::loaded::LoadedModel;
+use crate::sequence::FinishReason;
+use crate::strategy::BoxedDrafter;
+
+pub use batch::Engine;
+
+/// Identifies a request inside the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId(pub u64);
+
+/// Batching and memory limits.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Most tokens in one forward (decode, verify and prefill rows together).
+    pub max_batch_tokens: usize,
+    /// Most prompt tokens of one sequence per step, so a long prompt does not stall others.
+    pub prefill_chunk: usize,
+    /// Batch slots: most live sequences; occupancy is live / max_sequences.
+    pub max_sequences: usize,
+    /// KV memory that live sequences may reserve (prompt + max_tokens + drafts each).
+    pub kv_budget_bytes: usize,
+    /// Requests that may wait for a slot; past that, submissions are refused (429).
+    pub queue_capacity: usize,
+    /// Occupancy at which speculation turns off (k shrinks linearly from half of it).
+    pub spec_off_occupancy: f64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_tokens: 512,
+            prefill_chunk: 64,
+            max_sequences: 16,
+            kv_budget_bytes: 1 << 30,
+            queue_capacity: 64,
+            spec_off_occupancy: 0.5,
+        }
+    }
+}
+
+/// Whose request this is, for metrics and history.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RouteLabels {
+    pub tenant: String,
+    pub class: WorkloadClass,
+}
+
+/// A request handed to the engine.
+pub struct Submission {
+    pub id: RequestId,
+    pub prompt: Vec<TokenId>,
+    pub params: GenerateParams,
+    pub plan: SpecPlan,
+    pub drafter: BoxedDrafter,
+    pub route: RouteLabels,
+    pub events: UnboundedSender<Event>,
+}
+
+/// What the engine tells a request, in order: text pieces, then `Done` or `Failed`.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Newly committed text (may be empty when held back by a stop string or a partial
+    /// character) and how many tokens the request has generated so far.
+    Text {
+        text: String,
+        generated: usize,
+    },
+    Done(Summary),
+    Failed(String),
+}
+
+/// The end of a request.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub finish_reason: FinishReason,
+    pub plan: SpecPlan,
+    pub stats: SpecStats,
+    /// Time waiting for a batch slot.
+    pub queued: Duration,
+}
+
+pub enum Command {
+    Submit(Box<Submission>),
+    Cancel(RequestId),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the server is at capacity ({queued} requests waiting); retry later")]
+    QueueFull { queued: usize },
+    #[error("the request needs {needed} bytes of KV cache; the server's budget is {budget}")]
+    TooLarge { needed: usize, budget: usize },
+    #[error("the engine is not running")]
+    EngineDown,
+}
+
+/// Counters the engine publishes for planners, readiness and metrics.
+#[derive(Debug, Default)]
+pub struct EngineStatus {
+    pub alive: AtomicBool,
+    pub live: AtomicUsize,
+    pub queued: AtomicUsize,
+    pub kv_bytes: AtomicUsize,
+    pub steps: AtomicU64,
+}
+
+/// Occupancy: busy sequences (live and waiting) over the batch slots.
+pub fn load_of(busy: usize, slots: usize) -> Load {
+    Load {
+        occupancy: busy as f64 / slots.max(1) as f64,
+    }
+}
+
+/// A cheap, cloneable way to talk to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Command>,
+    status: Arc<EngineStatus>,
+    config: Arc<EngineConfig>,
+    kv_bytes_per_token: usize,
+    context_length: usize,
+    next_id: Arc<AtomicU64>,
+}
+
+impl EngineHandle {
+    /// Start the engine thread over a loaded model.
+    pub fn start(lm: LoadedModel, config: EngineConfig) -> std::io::Result<EngineHandle> {
+        let (tx, rx) = mpsc::channel();
+        let status = Arc::new(EngineStatus::default());
+        status.alive.store(true, Ordering::SeqCst);
+        let cfg = lm.model.config();
+        let kv_bytes_per_token = cfg.n_layers * cfg.kv_width() * 2 * 2; // K and V, f16
+        let context_length = cfg.context_length;
+        let config = Arc::new(config);
+        let engine = Engine::new(lm, Arc::clone(&config), Arc::clone(&status), rx);
+        std::thread::Builder::new()
+            .name("specgate-engine".into())
+            .spawn(move || engine.run())?;
+        Ok(EngineHandle {
+            tx,
+            status,
+            config,
+            kv_bytes_per_token,
+            context_length,
+            next_id: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    pub fn next_request_id(&self) -> RequestId {
+        RequestId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn status(&self) -> &EngineStatus {
+        &self.status
+    }
+
+    pub fn context_length(&self) -> usize {
+        self.context_length
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.status.alive.load(Ordering::SeqCst)
+    }
+
+    /// Live plus waiting sequences over the batch slots.
+    pub fn load(&self) -> Load {
+        let busy =
+            self.status.live.load(Ordering::Relaxed) + self.status.queued.load(Ordering::Relaxed);
+        load_of(busy, self.config.max_sequences)
+    }
+
+    /// KV bytes a request reserves: its prompt, its output and one round of drafts.
+    pub fn kv_reservation(&self, prompt: usize, max_tokens: usize, k: usize) -> usize {
+        (prompt + max_tokens + k + 1) * self.kv_bytes_per_token
+    }
+
+    /// Queue a request; refused at once when the queue is full or it could never fit.
+    pub fn submit(&self, sub: Submission) -> Result<(), SubmitError> {
+        if !self.is_alive() {
+            return Err(SubmitError::EngineDown);
+        }
+        let needed = self.kv_reservation(sub.prompt.len(), sub.params.max_tokens, sub.plan.k);
+        if needed > self.config.kv_budget_bytes {
+            return Err(SubmitError::TooLarge {
+                needed,
+                budget: self.config.kv_budget_bytes,
+            });
+        }
+        let queued = self.status.queued.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.config.queue_capacity {
+            self.status.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::QueueFull { queued });
+        }
+        self.tx.send(Command::Submit(Box::new(sub))).map_err(|_| {
+            self.status.queued.fetch_sub(1, Ordering::SeqCst);
+            SubmitError::EngineDown
+        })
+    }
+
+    /// Stop a request and free its cache at the next step (a no-op when it already ended).
+    pub fn cancel(&self, id: RequestId) {
+        let _ = self.tx.send(Command::Cancel(id));
+    }
+}

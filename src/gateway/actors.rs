@@ -1,0 +1,402 @@
+//! The gateway's actors. They only move messages: the plan comes from `specgate_policies`,
+//! drafting and verification run in the engine thread on `specgate_strategies` code.
+//!
+//! - [`Router`]: the plan (strategy, k) for a route, from the class's default table, the
+//!   client's override and the engine's load.
+//! - [`StrategyActor`], one per strategy kind: owns the drafters' shared state (suffix caches
+//!   per tenant, so one tenant's text never drafts for another; shared draft-model weights)
+//!   and hands each request its own drafter.
+//! - [`RequestActor`], one per request: plan, drafter, submission, then it relays the engine's
+//!   events to the HTTP response, records latency metrics, and cancels the sequence when the
+//!   client goes away.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use specgate_policies::{default_plan, k_under_load, SpecPlan};
+use specgate_strategies::{
+    NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache, SuffixDrafter,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::api::SpecOverride;
+use super::error::ApiError;
+use crate::engine::{
+    EngineHandle, Event, RequestId, RouteLabels, Submission, SubmitError, Summary,
+};
+use crate::generate::GenerateParams;
+use crate::model_drafter::{ModelDrafter, SharedModel};
+use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
+use specgate_strategies::TokenId;
+
+/// Tokens of earlier requests each tenant's suffix cache keeps.
+pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
+
+pub struct Router {
+    pub engine: EngineHandle,
+    pub available: Vec<StrategyKind>,
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+/// Ask for a request's plan.
+#[derive(Message)]
+#[rtype(result = "Result<SpecPlan, ApiError>")]
+pub struct PlanFor {
+    pub route: RouteLabels,
+    pub speculation: SpecOverride,
+}
+
+impl Handler<PlanFor> for Router {
+    type Result = Result<SpecPlan, ApiError>;
+
+    fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
+        let base = default_plan(msg.route.class);
+        let mut plan = match msg.speculation {
+            SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
+            SpecOverride::Default => base,
+            SpecOverride::Use { strategy, k } => SpecPlan {
+                strategy: strategy.unwrap_or(base.strategy),
+                k: k.unwrap_or(base.k),
+                // A client that fixes k gets that k (load permitting), every round.
+                adaptive: k.is_none(),
+            },
+        };
+        if !self.available.contains(&plan.strategy) {
+            return Err(ApiError::invalid(
+                Some("speculation.strategy"),
+                format!("strategy {} is not available on this server", plan.strategy),
+            ));
+        }
+        let off_at = self.engine.config().spec_off_occupancy;
+        plan.k = k_under_load(plan.k, self.engine.load(), off_at);
+        if plan.strategy == StrategyKind::Plain {
+            plan.k = 0;
+        }
+        Ok(plan)
+    }
+}
+
+/// Owns one strategy's shared state and builds drafters from it.
+pub struct StrategyActor {
+    pub kind: StrategyKind,
+    pub draft_model: Option<SharedModel>,
+    suffix_caches: HashMap<String, SharedSuffixCache>,
+}
+
+impl StrategyActor {
+    pub fn new(kind: StrategyKind, draft_model: Option<SharedModel>) -> Self {
+        Self {
+            kind,
+            draft_model,
+            suffix_caches: HashMap::new(),
+        }
+    }
+}
+
+impl Actor for StrategyActor {
+    type Context = Context<Self>;
+}
+
+/// A drafter for one request of `tenant`.
+#[derive(Message)]
+#[rtype(result = "Result<BoxedDrafter, String>")]
+pub struct Checkout {
+    pub tenant: String,
+    pub seed: u64,
+}
+
+impl Handler<Checkout> for StrategyActor {
+    type Result = Result<BoxedDrafter, String>;
+
+    fn handle(&mut self, msg: Checkout, _: &mut Context<Self>) -> Self::Result {
+        Ok(match self.kind {
+            StrategyKind::Plain => Box::new(PlainDrafter),
+            StrategyKind::Ngram => Box::new(NgramDrafter::default()),
+            StrategyKind::Suffix => {
+                let cache = self
+                    .suffix_caches
+                    .entry(msg.tenant)
+                    .or_insert_with(|| {
+                        Arc::new(Mutex::new(SuffixCache::new(
+                            SUFFIX_MAX_DEPTH,
+                            SUFFIX_CACHE_TOKENS,
+                        )))
+                    })
+                    .clone();
+                Box::new(SuffixDrafter::new(
+                    SUFFIX_MAX_DEPTH,
+                    SUFFIX_MIN_SCORE,
+                    Some(cache),
+                ))
+            }
+            StrategyKind::Draft | StrategyKind::EarlyExit => {
+                let model = self
+                    .draft_model
+                    .clone()
+                    .ok_or_else(|| format!("no model loaded for strategy {}", self.kind))?;
+                let name = self.kind.name();
+                Box::new(
+                    ModelDrafter::for_sequence(name, model, msg.seed).map_err(|e| e.to_string())?,
+                )
+            }
+        })
+    }
+}
+
+/// The strategy actors by kind.
+pub type Strategies = Arc<HashMap<StrategyKind, Addr<StrategyActor>>>;
+
+/// What a request actor passes on to the HTTP side.
+#[derive(Debug, Clone)]
+pub enum Outgoing {
+    Text(String),
+    Done(Summary),
+    Failed(String),
+}
+
+/// A tokenized, validated request ready to run.
+pub struct Job {
+    pub prompt: Vec<TokenId>,
+    pub params: GenerateParams,
+    pub route: RouteLabels,
+    pub speculation: SpecOverride,
+}
+
+pub struct RequestActor {
+    id: RequestId,
+    job: Option<Job>,
+    route: RouteLabels,
+    engine: EngineHandle,
+    router: Addr<Router>,
+    strategies: Strategies,
+    admitted: Option<oneshot::Sender<Result<SpecPlan, ApiError>>>,
+    out: mpsc::UnboundedSender<Outgoing>,
+    started: Instant,
+    last_token: Option<(Instant, usize)>,
+    finished: bool,
+}
+
+impl RequestActor {
+    /// Start a request; `admitted` answers once it is queued in the engine (or refused), and
+    /// the returned receiver yields its text and its end.
+    pub fn launch(
+        job: Job,
+        engine: EngineHandle,
+        router: Addr<Router>,
+        strategies: Strategies,
+    ) -> (
+        oneshot::Receiver<Result<SpecPlan, ApiError>>,
+        mpsc::UnboundedReceiver<Outgoing>,
+    ) {
+        let (admit_tx, admit_rx) = oneshot::channel();
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let actor = RequestActor {
+            id: engine.next_request_id(),
+            route: job.route.clone(),
+            job: Some(job),
+            engine,
+            router,
+            strategies,
+            admitted: Some(admit_tx),
+            out: out_tx,
+            started: Instant::now(),
+            last_token: None,
+            finished: false,
+        };
+        actor.start();
+        (admit_rx, out_rx)
+    }
+
+    fn refuse(&mut self, err: ApiError, ctx: &mut Context<Self>) {
+        if let Some(tx) = self.admitted.take() {
+            let _ = tx.send(Err(err));
+        }
+        self.finished = true;
+        ctx.stop();
+    }
+
+    fn labels(&self) -> [(&'static str, String); 2] {
+        [
+            ("tenant", self.route.tenant.clone()),
+            ("class", self.route.class.name().to_string()),
+        ]
+    }
+}
+
+fn submit_error(e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::QueueFull { .. } => ApiError::rate_limited(e.to_string(), 1),
+        SubmitError::TooLarge { .. } => ApiError::invalid(Some("max_tokens"), e.to_string())
+            .with_code("context_length_exceeded"),
+        SubmitError::EngineDown => ApiError::unavailable(e.to_string()),
+    }
+}
+
+impl Actor for RequestActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(job) = self.job.take() else {
+            return ctx.stop();
+        };
+        let router = self.router.clone();
+        let strategies = Arc::clone(&self.strategies);
+        let route = job.route.clone();
+        let speculation = job.speculation;
+        let seed = job.params.seed;
+        let prepare = async move {
+            let plan = router
+                .send(PlanFor {
+                    route: route.clone(),
+                    speculation,
+                })
+                .await
+                .map_err(|e| ApiError::internal(format!("router: {e}")))??;
+            let actor = strategies
+                .get(&plan.strategy)
+                .ok_or_else(|| ApiError::internal(format!("no actor for {}", plan.strategy)))?;
+            let drafter = actor
+                .send(Checkout {
+                    tenant: route.tenant,
+                    seed,
+                })
+                .await
+                .map_err(|e| ApiError::internal(format!("strategy actor: {e}")))?;
+            Ok::<_, ApiError>((plan, drafter))
+        };
+        ctx.wait(prepare.into_actor(self).map(move |prepared, act, ctx| {
+            let (plan, drafter) = match prepared {
+                Ok(p) => p,
+                Err(e) => return act.refuse(e, ctx),
+            };
+            // A drafter that cannot be built costs the request its speculation, not its answer.
+            let (plan, drafter) = match drafter {
+                Ok(d) => (plan, d),
+                Err(why) => {
+                    metrics::counter!("specgate_drafter_build_failures_total").increment(1);
+                    log_drafter_unavailable(&why);
+                    (SpecPlan::PLAIN, Box::new(PlainDrafter) as BoxedDrafter)
+                }
+            };
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let mut params = job.params;
+            params.max_draft_tokens = plan.k;
+            params.adaptive_k = plan.adaptive && plan.k > 0;
+            let sub = Submission {
+                id: act.id,
+                prompt: job.prompt,
+                params,
+                plan,
+                drafter,
+                route: job.route,
+                events: tx,
+            };
+            if let Err(e) = act.engine.submit(sub) {
+                return act.refuse(submit_error(e), ctx);
+            }
+            Self::add_stream(
+                futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)),
+                ctx,
+            );
+            if let Some(admit) = act.admitted.take() {
+                let _ = admit.send(Ok(plan));
+            }
+        }));
+        // A client that went away while nothing was being sent (a long prompt, a queue).
+        ctx.run_interval(Duration::from_millis(100), |act, ctx| {
+            if act.out.is_closed() {
+                ctx.stop();
+            }
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        if !self.finished {
+            self.engine.cancel(self.id);
+            metrics::counter!("specgate_requests_total", &self.status_labels("cancelled"))
+                .increment(1);
+        }
+    }
+}
+
+fn log_drafter_unavailable(why: &str) {
+    eprintln!("specgate: drafter unavailable, running plain: {why}");
+}
+
+impl RequestActor {
+    fn status_labels(&self, status: &'static str) -> Vec<(&'static str, String)> {
+        let mut l = self.labels().to_vec();
+        l.push(("status", status.to_string()));
+        l
+    }
+
+    /// Latency metrics for a piece of output that brought the total to `generated`.
+    fn observe_tokens(&mut self, generated: usize) {
+        let now = Instant::now();
+        let labels = self.labels();
+        match self.last_token {
+            None if generated > 0 => {
+                metrics::histogram!("specgate_time_to_first_token_seconds", &labels)
+                    .record((now - self.started).as_secs_f64());
+            }
+            Some((at, before)) if generated > before => {
+                // A round commits several tokens at once: each is charged its share.
+                let n = generated - before;
+                let each = (now - at).as_secs_f64() / n as f64;
+                for _ in 0..n {
+                    metrics::histogram!("specgate_inter_token_latency_seconds", &labels)
+                        .record(each);
+                }
+            }
+            _ => return,
+        }
+        self.last_token = Some((now, generated));
+    }
+}
+
+impl StreamHandler<Event> for RequestActor {
+    fn handle(&mut self, event: Event, ctx: &mut Context<Self>) {
+        let outgoing = match event {
+            Event::Text { text, generated } => {
+                self.observe_tokens(generated);
+                Outgoing::Text(text)
+            }
+            Event::Done(summary) => {
+                self.finished = true;
+                let labels = self.labels();
+                metrics::histogram!("specgate_e2e_request_latency_seconds", &labels)
+                    .record(self.started.elapsed().as_secs_f64());
+                metrics::counter!("specgate_prompt_tokens_total", &labels)
+                    .increment(summary.prompt_tokens as u64);
+                metrics::counter!("specgate_generation_tokens_total", &labels)
+                    .increment(summary.completion_tokens as u64);
+                metrics::counter!("specgate_requests_total", &self.status_labels("ok"))
+                    .increment(1);
+                Outgoing::Done(summary)
+            }
+            Event::Failed(why) => {
+                self.finished = true;
+                metrics::counter!("specgate_requests_total", &self.status_labels("error"))
+                    .increment(1);
+                Outgoing::Failed(why)
+            }
+        };
+        let end = self.finished;
+        if self.out.send(outgoing).is_err() || end {
+            ctx.stop();
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        if !self.finished {
+            self.finished = true;
+            let _ = self.out.send(Outgoing::Failed("the engine stopped".into()));
+        }
+        ctx.stop();
+    }
+}

@@ -1,0 +1,402 @@
+//! HTTP handlers: authenticate, validate, hand the request to a [`RequestActor`], and shape
+//! what comes back into OpenAI's bodies or server-sent events.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix::Addr;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::json;
+use specgate_policies::classify;
+use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
+
+use super::actors::{Job, Outgoing, RequestActor, Router, Strategies};
+use super::api::{parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestLimits};
+use super::error::ApiError;
+use super::responses::{self, Endpoint, ResponseMeta};
+use super::tenants::{TenantError, TenantStore};
+use crate::engine::{EngineHandle, RouteLabels};
+use crate::generate::GenerateParams;
+use crate::loaded::chat_prompt;
+use crate::tokenizer::Tokenizer;
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub router: Addr<Router>,
+    pub strategies: Strategies,
+    pub tenants: TenantStore,
+    pub tokenizer: Arc<Tokenizer>,
+    pub limits: RequestLimits,
+    pub admin_token: Option<String>,
+    pub metrics: PrometheusHandle,
+    pub body_limit: usize,
+    pub started: u64,
+}
+
+pub type State = web::Data<AppState>;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/chat/completions", web::post().to(chat_completions))
+        .route("/v1/completions", web::post().to(completions))
+        .route("/v1/models", web::get().to(models))
+        .route("/health", web::get().to(health))
+        .route("/ready", web::get().to(ready))
+        .route("/metrics", web::get().to(metrics_text))
+        .route("/admin/v1/tenants", web::post().to(create_tenant))
+        .route("/admin/v1/tenants", web::get().to(list_tenants))
+        .route("/admin/v1/tenants/{name}/keys", web::post().to(add_key))
+        .route(
+            "/admin/v1/tenants/{name}/keys/{id}",
+            web::delete().to(revoke_key),
+        );
+}
+
+/// Unknown paths and methods, in OpenAI's error format.
+pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::not_found(format!(
+        "no route for {} {}",
+        req.method(),
+        req.path()
+    )))
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+fn store_error(e: TenantError) -> ApiError {
+    match e {
+        TenantError::BadName(_) => ApiError::invalid(Some("name"), e.to_string()),
+        TenantError::Exists(_) => ApiError::conflict(e.to_string()),
+        TenantError::NoTenant(_) | TenantError::NoKey { .. } => ApiError::not_found(e.to_string()),
+        TenantError::Store(_) | TenantError::Corrupt(_) => ApiError::internal(e.to_string()),
+    }
+}
+
+fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String, ApiError> {
+    let key = bearer(req).ok_or_else(|| {
+        ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    })?;
+    state
+        .tenants
+        .authenticate(key)
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::unauthorized("invalid API key"))
+}
+
+fn authorize_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
+    let Some(token) = state.admin_token.as_deref() else {
+        return Err(ApiError::forbidden(
+            "the admin API is disabled: no admin token is set",
+        ));
+    };
+    let presented = bearer(req).ok_or_else(|| ApiError::unauthorized("missing admin token"))?;
+    if bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("invalid admin token"))
+    }
+}
+
+/// The body, refused with 413 past the limit (before any of it is parsed).
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::invalid(None, format!("reading the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::payload_too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+fn workload_header(req: &HttpRequest) -> Option<&str> {
+    req.headers().get("x-workload")?.to_str().ok()
+}
+
+async fn chat_completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = authenticate(&state, &req)?;
+    let body = read_body(payload, state.body_limit).await?;
+    let parsed: ChatRequest = parse_body(&body)?;
+    let request = parsed.validate(&state.limits, workload_header(&req))?;
+    respond(&state, tenant, request, Endpoint::Chat).await
+}
+
+async fn completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = authenticate(&state, &req)?;
+    let body = read_body(payload, state.body_limit).await?;
+    let parsed: CompletionRequest = parse_body(&body)?;
+    let request = parsed.validate(&state.limits, workload_header(&req))?;
+    respond(&state, tenant, request, Endpoint::Completion).await
+}
+
+/// Template, tokenize, check the context, classify: the job the engine will run.
+fn prepare(state: &AppState, tenant: String, r: &GenerationRequest) -> Result<Job, ApiError> {
+    let (text, user_text, param) = match (&r.messages, &r.prompt) {
+        (Some(messages), _) => {
+            let text = chat_prompt(&state.tokenizer, messages)
+                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+            let user: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+            (text, user.join("\n"), "messages")
+        }
+        (None, Some(prompt)) => (prompt.clone(), prompt.clone(), "prompt"),
+        (None, None) => return Err(ApiError::invalid(None, "no prompt")),
+    };
+    let prompt = state
+        .tokenizer
+        .encode(&text)
+        .map_err(|e| ApiError::invalid(Some(param), e.to_string()))?;
+    let context = state.limits.context_length;
+    if prompt.len() + r.max_tokens > context {
+        return Err(ApiError::invalid(
+            Some(param),
+            format!(
+                "this model's context is {context} tokens; the prompt has {} and max_tokens is {}",
+                prompt.len(),
+                r.max_tokens
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    Ok(Job {
+        prompt,
+        params: GenerateParams {
+            max_tokens: r.max_tokens,
+            sampling: r.sampling,
+            seed: r.seed,
+            stop: r.stop.clone(),
+            max_draft_tokens: 0,
+            adaptive_k: false,
+        },
+        route: RouteLabels {
+            tenant,
+            class: r.workload.unwrap_or_else(|| classify(&user_text)),
+        },
+        speculation: r.speculation,
+    })
+}
+
+async fn respond(
+    state: &AppState,
+    tenant: String,
+    request: GenerationRequest,
+    endpoint: Endpoint,
+) -> Result<HttpResponse, ApiError> {
+    let job = prepare(state, tenant, &request)?;
+    let id = state.engine.next_request_id();
+    let meta = ResponseMeta {
+        id: match endpoint {
+            Endpoint::Chat => format!("chatcmpl-{:x}{:06x}", state.started, id.0),
+            Endpoint::Completion => format!("cmpl-{:x}{:06x}", state.started, id.0),
+        },
+        created: unix_now(),
+        model: state.limits.model_id.clone(),
+        endpoint,
+    };
+    let (admitted, out) = RequestActor::launch(
+        job,
+        state.engine.clone(),
+        state.router.clone(),
+        Arc::clone(&state.strategies),
+    );
+    admitted
+        .await
+        .map_err(|_| ApiError::internal("the request actor stopped before admitting"))??;
+    if request.stream {
+        let events = sse_stream(out, meta, request.include_usage);
+        return Ok(HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .streaming(events));
+    }
+    collect(out, &meta).await
+}
+
+/// Wait for the whole answer.
+async fn collect(
+    mut out: mpsc::UnboundedReceiver<Outgoing>,
+    meta: &ResponseMeta,
+) -> Result<HttpResponse, ApiError> {
+    let mut text = String::new();
+    while let Some(item) = out.recv().await {
+        match item {
+            Outgoing::Text(t) => text += &t,
+            Outgoing::Done(summary) => {
+                return Ok(HttpResponse::Ok().json(responses::full(meta, &text, &summary)))
+            }
+            Outgoing::Failed(why) => return Err(ApiError::internal(why)),
+        }
+    }
+    Err(ApiError::internal("the request ended without an answer"))
+}
+
+/// The answer as server-sent events, ending with `data: [DONE]`. Dropping the stream (the
+/// client went away) closes `out`, and the request actor cancels the sequence.
+fn sse_stream(
+    out: mpsc::UnboundedReceiver<Outgoing>,
+    meta: ResponseMeta,
+    include_usage: bool,
+) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
+    struct S {
+        out: mpsc::UnboundedReceiver<Outgoing>,
+        meta: ResponseMeta,
+        first: bool,
+        done: bool,
+    }
+    let s = S {
+        out,
+        meta,
+        first: true,
+        done: false,
+    };
+    futures_util::stream::unfold(s, move |mut s| async move {
+        if s.done {
+            return None;
+        }
+        let bytes = loop {
+            match s.out.recv().await {
+                Some(Outgoing::Text(t)) if t.is_empty() => continue,
+                Some(Outgoing::Text(t)) => {
+                    let chunk = responses::text_chunk(&s.meta, &t, s.first);
+                    s.first = false;
+                    break responses::sse(&chunk);
+                }
+                Some(Outgoing::Done(summary)) => {
+                    let mut b =
+                        responses::sse(&responses::finish_chunk(&s.meta, summary.finish_reason))
+                            .to_vec();
+                    if include_usage {
+                        b.extend_from_slice(&responses::sse(&responses::usage_chunk(
+                            &s.meta, &summary,
+                        )));
+                    }
+                    b.extend_from_slice(responses::SSE_DONE);
+                    s.done = true;
+                    break Bytes::from(b);
+                }
+                Some(Outgoing::Failed(why)) => {
+                    s.done = true;
+                    break error_event(&why);
+                }
+                None => {
+                    s.done = true;
+                    break error_event("the request ended without an answer");
+                }
+            }
+        };
+        Some((Ok(bytes), s))
+    })
+}
+
+/// A failure after the stream began: OpenAI's error object as an event, then the end.
+fn error_event(why: &str) -> Bytes {
+    let mut b = responses::sse(&ApiError::internal(why).body()).to_vec();
+    b.extend_from_slice(responses::SSE_DONE);
+    Bytes::from(b)
+}
+
+async fn models(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, &req)?;
+    Ok(HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.limits.model_id,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "specgate",
+            "context_length": state.limits.context_length,
+        }],
+    })))
+}
+
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// Ready when the model is loaded and the engine thread runs.
+async fn ready(state: State) -> HttpResponse {
+    if state.engine.is_alive() {
+        HttpResponse::Ok().json(json!({"status": "ready"}))
+    } else {
+        HttpResponse::ServiceUnavailable().json(json!({"status": "engine not running"}))
+    }
+}
+
+async fn metrics_text(state: State) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    name: String,
+}
+
+async fn create_tenant(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let body = read_body(payload, state.body_limit).await?;
+    let t: NewTenant = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    let issued = state.tenants.create(&t.name).map_err(store_error)?;
+    Ok(HttpResponse::Created().json(issued))
+}
+
+async fn list_tenants(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let tenants = state.tenants.list().map_err(store_error)?;
+    Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": tenants })))
+}
+
+async fn add_key(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let issued = state.tenants.add_key(&path).map_err(store_error)?;
+    Ok(HttpResponse::Created().json(issued))
+}
+
+async fn revoke_key(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let (name, id) = path.into_inner();
+    state.tenants.revoke(&name, &id).map_err(store_error)?;
+    Ok(HttpResponse::Ok().json(json!({ "tenant": name, "key_id": id, "revoked": true })))
+}

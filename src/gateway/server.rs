@@ -1,0 +1,145 @@
+//! Starting the gateway: load the model, start the engine thread and the actors, open the
+//! store, bind, and serve until a signal stops it.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix::Actor;
+use actix_web::{web, App, HttpServer};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use specgate_strategies::StrategyKind;
+
+use super::actors::{Router, StrategyActor};
+use super::api::RequestLimits;
+use super::handlers::{self, AppState};
+use super::tenants::{TenantError, TenantStore};
+use crate::engine::{EngineConfig, EngineHandle};
+use crate::loaded::{LoadError, LoadedModel};
+use crate::model_drafter::{DraftModelError, ModelDrafter};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("loading the model: {0}")]
+    Load(#[from] LoadError),
+    #[error("loading a draft model: {0}")]
+    DraftModel(#[from] DraftModelError),
+    #[error("opening the store: {0}")]
+    Store(#[from] sled::Error),
+    #[error("opening the tenant store: {0}")]
+    Tenants(#[from] TenantError),
+    #[error("metrics: {0}")]
+    Metrics(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub model: PathBuf,
+    pub db: PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub admin_token: Option<String>,
+    pub draft_model: Option<PathBuf>,
+    pub exit_layer: usize,
+    pub engine: EngineConfig,
+    pub max_tokens_limit: usize,
+    pub default_max_tokens: usize,
+    pub body_limit: usize,
+    pub workers: usize,
+}
+
+const SECONDS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 20.0,
+];
+const COUNTS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+fn install_metrics() -> Result<PrometheusHandle, ServeError> {
+    let err = |e: metrics_exporter_prometheus::BuildError| ServeError::Metrics(e.to_string());
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("seconds".into()), &SECONDS)
+        .map_err(err)?
+        .set_buckets_for_metric(Matcher::Prefix("specgate_batch".into()), &COUNTS)
+        .map_err(err)?
+        .install_recorder()
+        .map_err(err)
+}
+
+/// Serve until SIGINT or SIGTERM. Prints `specgate listening on http://ADDR` once bound (with
+/// `--port 0` that is how a caller learns the port).
+pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
+    let metrics = install_metrics()?;
+    let lm = LoadedModel::load(&cfg.model)?;
+    let tokenizer = Arc::clone(&lm.tokenizer);
+    let context_length = lm.model.config().context_length;
+    let model_id = cfg.model.file_stem().map_or_else(
+        || "default".to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    let mut models = HashMap::new();
+    models.insert(
+        StrategyKind::EarlyExit,
+        ModelDrafter::load_early_exit(&cfg.model, cfg.exit_layer)?,
+    );
+    if let Some(path) = &cfg.draft_model {
+        models.insert(
+            StrategyKind::Draft,
+            ModelDrafter::load_separate(path, &tokenizer)?,
+        );
+    }
+    let engine = EngineHandle::start(lm, cfg.engine.clone())?;
+    let available: Vec<StrategyKind> = StrategyKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, StrategyKind::Draft) || models.contains_key(k))
+        .collect();
+    let strategies: HashMap<_, _> = available
+        .iter()
+        .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned()).start()))
+        .collect();
+    let router = Router {
+        engine: engine.clone(),
+        available,
+    }
+    .start();
+    let db = sled::open(&cfg.db)?;
+    let tenants = TenantStore::open(&db)?;
+    let state = web::Data::new(AppState {
+        engine,
+        router,
+        strategies: Arc::new(strategies),
+        tenants,
+        tokenizer,
+        limits: RequestLimits {
+            model_id,
+            context_length,
+            max_tokens_limit: cfg.max_tokens_limit,
+            default_max_tokens: cfg.default_max_tokens,
+            max_stop_strings: 4,
+            max_stop_len: 256,
+            max_k: 16,
+        },
+        admin_token: cfg.admin_token.clone(),
+        metrics,
+        body_limit: cfg.body_limit,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .configure(handlers::routes)
+            .default_service(web::to(handlers::not_found))
+    })
+    .workers(cfg.workers.max(1))
+    .bind((cfg.host.as_str(), cfg.port))?;
+    for addr in server.addrs() {
+        println!("specgate listening on http://{addr}");
+    }
+    std::io::stdout().flush()?;
+    server.run().await?;
+    db.flush()?;
+    Ok(())
+}

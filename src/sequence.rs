@@ -1,0 +1,267 @@
+//! One request's decoding state, advanced round by round: after the prompt's pass, each round
+//! proposes up to k drafts, the caller runs `[pending] + drafts` through the target (alone, as
+//! `generate` does, or inside a ragged batch, as the engine does), and `settle` verifies,
+//! rolls the cache back and commits. Both callers share this code, so the exactness tests of
+//! `generate` cover the gateway's path too.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use specgate_policies::AdaptiveK;
+use specgate_strategies::{verify, Draft, DraftContext, Drafter, SpecStats, TokenId};
+
+use crate::generate::{GenerateError, GenerateParams};
+use crate::model::{Model, SeqId};
+use crate::stop::StopMatcher;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Why generation ended, as OpenAI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+}
+
+/// A proposed round: the target input `[pending] + drafts` and the draft it came from.
+#[derive(Debug)]
+pub struct RoundInput {
+    pub tokens: Vec<TokenId>,
+    pub draft: Draft,
+    pub draft_time: Duration,
+}
+
+/// The state of one sequence between target passes.
+pub struct SequenceState {
+    pub seq: SeqId,
+    params: GenerateParams,
+    prompt_len: usize,
+    history: Vec<TokenId>, // prompt + committed tokens
+    pending: Option<TokenId>,
+    ids: Vec<TokenId>,
+    text: String,
+    stream: StreamDecoder,
+    stops: StopMatcher,
+    finish: Option<FinishReason>,
+    rng: ChaCha8Rng,
+    controller: Option<AdaptiveK>,
+    pub stats: SpecStats,
+}
+
+impl SequenceState {
+    /// A sequence whose prompt will be (or is being) appended to the model's `seq`.
+    pub fn new(seq: SeqId, prompt: &[TokenId], params: &GenerateParams) -> Self {
+        Self {
+            seq,
+            params: params.clone(),
+            prompt_len: prompt.len(),
+            history: prompt.to_vec(),
+            pending: None,
+            ids: Vec::new(),
+            text: String::new(),
+            stream: StreamDecoder::new(),
+            stops: StopMatcher::new(&params.stop),
+            finish: (params.max_tokens == 0).then_some(FinishReason::Length),
+            rng: ChaCha8Rng::seed_from_u64(params.seed),
+            controller: params
+                .adaptive_k
+                .then(|| AdaptiveK::new(params.max_draft_tokens, 0.5)),
+            stats: SpecStats::default(),
+        }
+    }
+
+    pub fn prompt(&self) -> &[TokenId] {
+        &self.history[..self.prompt_len]
+    }
+
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Committed token ids (EOS excluded).
+    pub fn generated(&self) -> &[TokenId] {
+        &self.ids
+    }
+
+    /// Committed text released so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The first token, sampled from the prompt pass's last row ([vocab]); returns the text
+    /// it releases.
+    pub fn start(&mut self, last_row: &[f32], tok: &Tokenizer) -> Result<String, GenerateError> {
+        let first = self.params.sampling.sample(last_row, &mut self.rng);
+        if self.finish.is_some() {
+            return Ok(String::new());
+        }
+        self.pending = Some(first);
+        self.commit(&[first], tok)
+    }
+
+    /// Draft for the next round, at most `k_cap` tokens (the engine's load limit), never past
+    /// max_tokens (a round commits up to k + 1 tokens).
+    pub fn propose(&mut self, drafter: &mut dyn Drafter, k_cap: usize, vocab: usize) -> RoundInput {
+        let wanted = self
+            .controller
+            .as_mut()
+            .map_or(self.params.max_draft_tokens, AdaptiveK::next_k);
+        let left = self.params.max_tokens.saturating_sub(self.ids.len() + 1);
+        let k = wanted.min(k_cap).min(left);
+        let ctx = DraftContext {
+            tokens: &self.history,
+            prompt_len: self.prompt_len,
+            sampling: &self.params.sampling,
+        };
+        let t = Instant::now();
+        let draft = propose_checked(drafter, &ctx, k, vocab, &mut self.stats);
+        let draft_time = t.elapsed();
+        let mut tokens = Vec::with_capacity(draft.len() + 1);
+        tokens.extend(self.pending);
+        tokens.extend_from_slice(&draft.tokens);
+        RoundInput {
+            tokens,
+            draft,
+            draft_time,
+        }
+    }
+
+    /// Verify a round against the target's rows for it ([k + 1, vocab]), roll the cache back
+    /// to the accepted prefix, commit, and return the text released.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle(
+        &mut self,
+        model: &mut Model,
+        round: RoundInput,
+        rows: &[f32],
+        verify_time: Duration,
+        drafter: &mut dyn Drafter,
+        tok: &Tokenizer,
+    ) -> Result<String, GenerateError> {
+        let vocab = model.config().vocab_size;
+        let base = model.seq_len(self.seq).unwrap_or(0) - round.tokens.len();
+        let draft = round.draft;
+        let verdict = verify(&draft, rows, vocab, &self.params.sampling, &mut self.rng);
+        // Rejected drafts leave the cache; `verdict.next` is not in it yet.
+        model.truncate(self.seq, base + 1 + verdict.accepted)?;
+        self.stats
+            .record_round(draft.len(), verdict.accepted, round.draft_time, verify_time);
+        if let Some(c) = self.controller.as_mut() {
+            c.observe(
+                draft.len(),
+                verdict.accepted,
+                round.draft_time.as_secs_f64(),
+                verify_time.as_secs_f64(),
+            );
+        }
+        let mut committed = draft.tokens[..verdict.accepted].to_vec();
+        committed.push(verdict.next);
+        let released = self.commit(&committed, tok)?;
+        if self.finish.is_some() {
+            // Stopped inside the round: accepted drafts past the end leave the cache too.
+            let end = self.prompt_len + self.ids.len();
+            if model.seq_len(self.seq).is_some_and(|len| len > end) {
+                model.truncate(self.seq, end)?;
+            }
+        }
+        let ctx = DraftContext {
+            tokens: &self.history,
+            prompt_len: self.prompt_len,
+            sampling: &self.params.sampling,
+        };
+        drafter.on_commit(&ctx, verdict.accepted);
+        self.pending = Some(verdict.next);
+        Ok(released)
+    }
+
+    /// Commit tokens in order until one ends the sequence (EOS, a stop string, max_tokens).
+    fn commit(&mut self, tokens: &[TokenId], tok: &Tokenizer) -> Result<String, GenerateError> {
+        let mut released = String::new();
+        for &t in tokens {
+            if self.finish.is_some() {
+                break;
+            }
+            self.history.push(t);
+            if t == tok.eos() {
+                self.finish = Some(FinishReason::Stop);
+                break;
+            }
+            self.ids.push(t);
+            if let Some(piece) = self.stream.push(tok, t)? {
+                released += &self.stops.push(&piece);
+            }
+            if self.stops.stopped() {
+                self.finish = Some(FinishReason::Stop);
+            } else if self.ids.len() >= self.params.max_tokens {
+                self.finish = Some(FinishReason::Length);
+            }
+        }
+        self.text += &released;
+        Ok(released)
+    }
+
+    /// End the sequence: release held-back text, let the drafter learn from it.
+    pub fn finish(
+        &mut self,
+        drafter: &mut dyn Drafter,
+        tok: &Tokenizer,
+    ) -> Result<String, GenerateError> {
+        let mut tail = String::new();
+        if !self.stops.stopped() {
+            let rest = self.stream.flush(tok)?.unwrap_or_default();
+            tail += &self.stops.push(&rest);
+            tail += &self.stops.finish();
+        }
+        self.text += &tail;
+        self.finish.get_or_insert(FinishReason::Length);
+        if catch_unwind(AssertUnwindSafe(|| drafter.finish())).is_err() {
+            self.stats.drafter_failures += 1;
+        }
+        Ok(tail)
+    }
+}
+
+/// Ask the drafter for up to k tokens. An error, a panic or a malformed draft (a token
+/// outside the vocabulary, a q row of the wrong size) becomes an empty draft, so the round
+/// runs as plain decoding, and is counted.
+fn propose_checked(
+    drafter: &mut dyn Drafter,
+    ctx: &DraftContext<'_>,
+    k: usize,
+    vocab: usize,
+    stats: &mut SpecStats,
+) -> Draft {
+    if k == 0 {
+        return Draft::empty();
+    }
+    let well_formed = |d: &Draft| {
+        d.tokens.iter().all(|&t| (t as usize) < vocab)
+            && d.q
+                .as_ref()
+                .is_none_or(|q| q.len() == d.tokens.len() && q.iter().all(|r| r.len() == vocab))
+    };
+    match catch_unwind(AssertUnwindSafe(|| drafter.propose(ctx, k))) {
+        Ok(Ok(mut d)) => {
+            d.tokens.truncate(k);
+            if let Some(q) = d.q.as_mut() {
+                q.truncate(d.tokens.len());
+            }
+            if well_formed(&d) {
+                return d;
+            }
+            stats.drafter_failures += 1;
+            Draft::empty()
+        }
+        Ok(Err(_)) | Err(_) => {
+            stats.drafter_failures += 1;
+            Draft::empty()
+        }
+    }
+}

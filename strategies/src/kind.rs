@@ -1,0 +1,77 @@
+//! The draft strategies by name: what a request, a policy or a command line refers to.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The draft strategies specgate knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StrategyKind {
+    Plain,
+    Ngram,
+    Suffix,
+    Draft,
+    EarlyExit,
+}
+
+/// A strategy name nobody knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown strategy {0:?} (known: plain, ngram, suffix, draft, early-exit)")]
+pub struct UnknownStrategy(pub String);
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 5] = [
+        StrategyKind::Plain,
+        StrategyKind::Ngram,
+        StrategyKind::Suffix,
+        StrategyKind::Draft,
+        StrategyKind::EarlyExit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Ngram => "ngram",
+            Self::Suffix => "suffix",
+            Self::Draft => "draft",
+            Self::EarlyExit => "early-exit",
+        }
+    }
+
+    /// Lookup strategies cost next to nothing to draft; model drafters cost forwards.
+    pub fn is_lookup(self) -> bool {
+        matches!(self, Self::Ngram | Self::Suffix)
+    }
+}
+
+impl fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        for k in StrategyKind::ALL {
+            assert_eq!(k.name().parse::<StrategyKind>(), Ok(k));
+        }
+        assert_eq!(
+            "medusa".parse::<StrategyKind>(),
+            Err(UnknownStrategy("medusa".into()))
+        );
+    }
+}
