@@ -107,9 +107,11 @@ impl Engine {
         if let Some(i) = self.waiting.iter().position(|(s, _)| s.id == id) {
             self.waiting.remove(i);
             self.status.queued.fetch_sub(1, Ordering::SeqCst);
+            metrics::counter!("specgate_requests_cancelled_total").increment(1);
         }
         if let Some(i) = self.live.iter().position(|l| l.sub.id == id) {
             self.retire(i);
+            metrics::counter!("specgate_requests_cancelled_total").increment(1);
         }
     }
 

@@ -1,6 +1,7 @@
 //! Shared by the tests that run the real model: find (or fetch) it once, load it once.
 #![allow(dead_code)]
 
+pub mod server;
 pub mod tiny;
 
 use std::path::PathBuf;

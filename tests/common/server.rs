@@ -1,0 +1,170 @@
+//! A `specgate serve` process for end-to-end tests over real HTTP: started on a free port with
+//! its own store, killed when dropped.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const ADMIN: &str = "test-admin-token";
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+    pub model_id: String,
+    _db: tempfile::TempDir,
+}
+
+impl Server {
+    /// Start with extra `serve` flags; waits until it answers /ready.
+    pub fn start(extra: &[&str]) -> Server {
+        let db = tempfile::tempdir().expect("temp dir");
+        let model = super::model_path();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_specgate"))
+            .arg("serve")
+            .arg("--model")
+            .arg(&model)
+            .arg("--db")
+            .arg(db.path().join("store"))
+            .args(["--port", "0", "--admin-token", ADMIN])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting specgate serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("reading the listen line");
+        let base = line
+            .trim()
+            .strip_prefix("specgate listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        let model_id = model.file_stem().unwrap().to_string_lossy().into_owned();
+        let server = Server {
+            child,
+            base,
+            model_id,
+            _db: db,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while ureq::get(&server.url("/ready")).call().is_err() {
+            assert!(Instant::now() < deadline, "server never became ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A new tenant; returns its API key.
+    pub fn tenant(&self, name: &str) -> String {
+        let v: Value = ureq::post(&self.url("/admin/v1/tenants"))
+            .set("Authorization", &format!("Bearer {ADMIN}"))
+            .send_json(json!({ "name": name }))
+            .expect("creating a tenant")
+            .into_json()
+            .expect("tenant json");
+        v["api_key"].as_str().expect("api_key").to_string()
+    }
+
+    /// POST JSON with a key; (status, body) whatever the status.
+    pub fn post(&self, path: &str, key: &str, body: &Value) -> (u16, Value) {
+        let r = ureq::post(&self.url(path))
+            .set("Authorization", &format!("Bearer {key}"))
+            .send_json(body.clone());
+        match r {
+            Ok(resp) => (resp.status(), resp.into_json().unwrap_or(Value::Null)),
+            Err(ureq::Error::Status(code, resp)) => (code, resp.into_json().unwrap_or(Value::Null)),
+            Err(e) => panic!("POST {path}: {e}"),
+        }
+    }
+
+    /// POST a raw body (not necessarily JSON).
+    pub fn post_raw(&self, path: &str, key: &str, body: &str) -> (u16, Value) {
+        let r = ureq::post(&self.url(path))
+            .set("Authorization", &format!("Bearer {key}"))
+            .set("Content-Type", "application/json")
+            .send_string(body);
+        match r {
+            Ok(resp) => (resp.status(), resp.into_json().unwrap_or(Value::Null)),
+            Err(ureq::Error::Status(code, resp)) => (code, resp.into_json().unwrap_or(Value::Null)),
+            Err(e) => panic!("POST {path}: {e}"),
+        }
+    }
+
+    /// A streaming request: the concatenated text, the finish reason and the usage chunk.
+    pub fn stream(&self, path: &str, key: &str, body: &Value) -> StreamResult {
+        let resp = ureq::post(&self.url(path))
+            .set("Authorization", &format!("Bearer {key}"))
+            .send_json(body.clone())
+            .unwrap_or_else(|e| panic!("stream {path}: {e}"));
+        assert_eq!(resp.header("content-type"), Some("text/event-stream"));
+        parse_sse(resp.into_reader())
+    }
+
+    /// One sample of a gauge or counter from /metrics (0 when absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = ureq::get(&self.url("/metrics"))
+            .call()
+            .expect("metrics")
+            .into_string()
+            .expect("metrics text");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(n, _)| *n == name)
+            .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct StreamResult {
+    pub text: String,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Value>,
+    pub chunks: usize,
+    pub done: bool,
+}
+
+/// Read server-sent events until `data: [DONE]`.
+pub fn parse_sse(reader: impl Read) -> StreamResult {
+    let mut out = StreamResult::default();
+    for line in BufReader::new(reader).lines() {
+        let line = line.expect("reading the stream");
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            out.done = true;
+            break;
+        }
+        let v: Value = serde_json::from_str(data).expect("chunk json");
+        assert!(v.get("error").is_none(), "error in stream: {v}");
+        out.chunks += 1;
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            out.usage = Some(u.clone());
+        }
+        if let Some(c) = v["choices"].get(0) {
+            let piece = c["delta"]["content"].as_str().or(c["text"].as_str());
+            out.text += piece.unwrap_or_default();
+            if let Some(f) = c["finish_reason"].as_str() {
+                out.finish_reason = Some(f.to_string());
+            }
+        }
+    }
+    out
+}

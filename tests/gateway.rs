@@ -1,0 +1,370 @@
+//! The gateway end to end: a real `specgate serve` process, real HTTP, the real model.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::server::Server;
+use serde_json::{json, Value};
+use specgate::chat::ChatMessage;
+use specgate::generate::{generate, GenerateParams};
+use specgate::SamplingParams;
+use specgate_strategies::PlainDrafter;
+
+const MAX_TOKENS: usize = 40;
+
+/// Plain greedy text for a prompt, as `specgate generate` produces it.
+fn expected(chat: bool, prompt: &str, max_tokens: usize) -> (String, usize) {
+    let mut lm = common::model();
+    let text = if chat {
+        lm.chat_prompt(&[ChatMessage::new("user", prompt)]).unwrap()
+    } else {
+        prompt.to_string()
+    };
+    let ids = lm.tokenizer.encode(&text).unwrap();
+    let params = GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        seed: 0,
+        stop: Vec::new(),
+        max_draft_tokens: 0,
+        adaptive_k: false,
+    };
+    let lm = &mut *lm;
+    let out = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &ids,
+        &params,
+        &mut PlainDrafter,
+        |_| {},
+    )
+    .unwrap();
+    (out.text, out.generated_tokens)
+}
+
+fn first_prompt(set: &str) -> String {
+    let line = common::fixture(&format!("prompts/{set}.jsonl"));
+    let v: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    v["prompt"].as_str().unwrap().to_string()
+}
+
+fn chat_body(s: &Server, prompt: &str, extra: Value) -> Value {
+    let mut b = json!({
+        "model": s.model_id,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+fn chat_text(v: &Value) -> &str {
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[test]
+fn chat_and_completions_equal_generate_streamed_or_not_whatever_the_strategy() {
+    let s = Server::start(&[]);
+    let key = s.tenant("acme");
+    for set in ["code_edit", "rag", "creative"] {
+        let prompt = first_prompt(set);
+        let (want, tokens) = expected(true, &prompt, MAX_TOKENS);
+        // The default plan for the class, then each strategy forced.
+        let overrides = [
+            json!({}),
+            json!({"speculation": {"enabled": false}}),
+            json!({"speculation": {"strategy": "ngram", "k": 4}}),
+            json!({"speculation": {"strategy": "suffix", "k": 8}}),
+            json!({"speculation": {"strategy": "early-exit", "k": 2}}),
+        ];
+        for extra in overrides {
+            let (status, v) = s.post(
+                "/v1/chat/completions",
+                &key,
+                &chat_body(&s, &prompt, extra.clone()),
+            );
+            assert_eq!(status, 200, "{set} {extra}: {v}");
+            assert_eq!(
+                chat_text(&v),
+                want,
+                "{set} {extra}: gateway text differs from generate"
+            );
+            assert_eq!(v["object"], "chat.completion");
+            assert_eq!(v["usage"]["completion_tokens"], tokens);
+            assert!(v["usage"]["speculative"]["target_passes"].as_u64().unwrap() >= 1);
+        }
+        let streamed = s.stream(
+            "/v1/chat/completions",
+            &key,
+            &chat_body(
+                &s,
+                &prompt,
+                json!({"stream": true, "stream_options": {"include_usage": true}}),
+            ),
+        );
+        assert!(streamed.done, "{set}: stream must end with [DONE]");
+        assert_eq!(streamed.text, want, "{set}: streamed text differs");
+        assert!(streamed.finish_reason.is_some());
+        let usage = streamed.usage.expect("include_usage sends a usage chunk");
+        assert_eq!(usage["completion_tokens"], tokens);
+    }
+
+    // Completions: raw prompt, no template.
+    let prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n";
+    let (want, _) = expected(false, prompt, MAX_TOKENS);
+    let body = json!({"model": s.model_id, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                      "temperature": 0, "workload": "code_edit"});
+    let (status, v) = s.post("/v1/completions", &key, &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"].as_str().unwrap(), want);
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let streamed = s.stream("/v1/completions", &key, &sbody);
+    assert_eq!(streamed.text, want);
+    assert!(streamed.usage.is_none(), "usage only when asked for");
+
+    // The models list names the served model.
+    let models: Value = ureq::get(&s.url("/v1/models"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], s.model_id.as_str());
+}
+
+/// A streaming request over a raw socket, dropped after the first bytes of its answer.
+fn disconnect_mid_stream(s: &Server, key: &str) {
+    let addr = s.base.trim_start_matches("http://");
+    let mut sock = TcpStream::connect(addr).unwrap();
+    let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 1500,
+                      "temperature": 0, "stream": true})
+    .to_string();
+    write!(
+        sock,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut buf = [0u8; 2048];
+    let n = sock.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    drop(sock);
+}
+
+#[test]
+fn sixteen_concurrent_streams_from_three_tenants_equal_their_single_runs_and_free_the_cache() {
+    let s = Server::start(&[]);
+    let keys: Vec<String> = (0..3).map(|i| s.tenant(&format!("tenant-{i}"))).collect();
+    let sets = ["code_edit", "rag", "creative"];
+    let strategies = [
+        json!({}),
+        json!({"speculation": {"strategy": "ngram", "k": 3}}),
+        json!({"speculation": {"strategy": "suffix"}}),
+        json!({"speculation": {"strategy": "early-exit", "k": 2}}),
+        json!({"speculation": {"enabled": false}}),
+    ];
+    let mut cases = Vec::new();
+    for i in 0..16 {
+        let set = sets[i % 3];
+        let lines = common::fixture(&format!("prompts/{set}.jsonl"));
+        let line = lines.lines().nth(i / 3).unwrap();
+        let prompt = serde_json::from_str::<Value>(line).unwrap()["prompt"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (want, _) = expected(true, &prompt, 24);
+        let mut body = chat_body(&s, &prompt, strategies[i % strategies.len()].clone());
+        body["max_tokens"] = json!(24);
+        body["stream"] = json!(true);
+        body["workload"] = json!(set);
+        cases.push((keys[i % 3].clone(), body, want));
+    }
+    disconnect_mid_stream(&s, &keys[0]);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|(key, body, want)| {
+                let s = &s;
+                scope.spawn(move || {
+                    let got = s.stream("/v1/chat/completions", key, body);
+                    assert!(got.done);
+                    assert_eq!(&got.text, want, "concurrent output differs: {body}");
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a concurrent request failed");
+        }
+    });
+    // Every sequence, the abandoned one included, has left the engine.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (live, kv) = (
+            s.metric("specgate_live_sequences"),
+            s.metric("specgate_kv_cache_bytes"),
+        );
+        if live == 0.0 && kv == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "KV not freed: {live} live, {kv} bytes"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(s.metric("specgate_requests_cancelled_total") >= 1.0);
+    assert!(s.metric("specgate_batch_sequences_count") > 0.0);
+}
+
+#[test]
+fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
+    let s = Server::start(&["--body-limit", "20000", "--max-tokens-limit", "512"]);
+    let key = s.tenant("acme");
+    let m = s.model_id.clone();
+    let msgs = json!([{"role": "user", "content": "Hi"}]);
+    let long = "word ".repeat(5000);
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("malformed json", "{\"model\": ".into(), 400, "invalid_request_error"),
+        ("not an object", "[1, 2]".into(), 400, "invalid_request_error"),
+        ("empty body", "".into(), 400, "invalid_request_error"),
+        ("unknown model", json!({"model": "gpt-9", "messages": msgs}).to_string(), 404, "invalid_request_error"),
+        ("no model", json!({"messages": msgs}).to_string(), 400, "invalid_request_error"),
+        ("empty messages", json!({"model": m, "messages": []}).to_string(), 400, "invalid_request_error"),
+        ("wrong type", json!({"model": m, "messages": "hi"}).to_string(), 400, "invalid_request_error"),
+        ("bad role", json!({"model": m, "messages": [{"role": "robot", "content": "x"}]}).to_string(), 400, "invalid_request_error"),
+        ("unknown field", json!({"model": m, "messages": msgs, "temprature": 0}).to_string(), 400, "invalid_request_error"),
+        ("max_tokens 0", json!({"model": m, "messages": msgs, "max_tokens": 0}).to_string(), 400, "invalid_request_error"),
+        ("max_tokens negative", json!({"model": m, "messages": msgs, "max_tokens": -5}).to_string(), 400, "invalid_request_error"),
+        ("max_tokens over the limit", json!({"model": m, "messages": msgs, "max_tokens": 513}).to_string(), 400, "invalid_request_error"),
+        ("huge number", format!("{{\"model\": \"{m}\", \"messages\": {msgs}, \"max_tokens\": 1e400}}"), 400, "invalid_request_error"),
+        ("n = 2", json!({"model": m, "messages": msgs, "n": 2}).to_string(), 400, "invalid_request_error"),
+        ("temperature 3", json!({"model": m, "messages": msgs, "temperature": 3}).to_string(), 400, "invalid_request_error"),
+        ("top_p 0", json!({"model": m, "messages": msgs, "top_p": 0}).to_string(), 400, "invalid_request_error"),
+        ("five stops", json!({"model": m, "messages": msgs, "stop": ["a","b","c","d","e"]}).to_string(), 400, "invalid_request_error"),
+        ("unknown workload", json!({"model": m, "messages": msgs, "workload": "poetry"}).to_string(), 400, "invalid_request_error"),
+        ("unknown strategy", json!({"model": m, "messages": msgs, "speculation": {"strategy": "magic"}}).to_string(), 400, "invalid_request_error"),
+        ("draft without a draft model", json!({"model": m, "messages": msgs, "speculation": {"strategy": "draft"}}).to_string(), 400, "invalid_request_error"),
+        ("k too large", json!({"model": m, "messages": msgs, "speculation": {"k": 100}}).to_string(), 400, "invalid_request_error"),
+        ("prompt over the context", json!({"model": m, "messages": [{"role": "user", "content": "x ".repeat(9000)}], "max_tokens": 10}).to_string(), 400, "invalid_request_error"),
+        ("body over the limit", json!({"model": m, "messages": [{"role": "user", "content": long}]}).to_string(), 413, "invalid_request_error"),
+    ];
+    for (what, body, status, kind) in &cases {
+        let (got, v) = s.post_raw("/v1/chat/completions", &key, body);
+        assert_eq!(got, *status, "{what}: {v}");
+        assert_eq!(v["error"]["type"], *kind, "{what}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
+    }
+    let (got, v) = s.post_raw(
+        "/v1/completions",
+        &key,
+        &json!({"model": m, "prompt": ""}).to_string(),
+    );
+    assert_eq!(
+        (got, v["error"]["param"].as_str()),
+        (400, Some("prompt")),
+        "{v}"
+    );
+
+    // Keys: none, forged, revoked.
+    let ok = chat_body(&s, "Say hi.", json!({"max_tokens": 4}));
+    for bad in ["", "sg-0000-0000", "Bearer nonsense"] {
+        let (got, v) = s.post("/v1/chat/completions", bad, &ok);
+        assert_eq!(got, 401, "{bad:?}: {v}");
+        assert_eq!(v["error"]["type"], "authentication_error");
+    }
+    let issued: Value = ureq::post(&s.url("/admin/v1/tenants/acme/keys"))
+        .set(
+            "Authorization",
+            &format!("Bearer {}", common::server::ADMIN),
+        )
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let second = issued["api_key"].as_str().unwrap();
+    assert_eq!(s.post("/v1/chat/completions", second, &ok).0, 200);
+    ureq::delete(&s.url(&format!(
+        "/admin/v1/tenants/acme/keys/{}",
+        issued["key_id"].as_str().unwrap()
+    )))
+    .set(
+        "Authorization",
+        &format!("Bearer {}", common::server::ADMIN),
+    )
+    .call()
+    .unwrap();
+    assert_eq!(
+        s.post("/v1/chat/completions", second, &ok).0,
+        401,
+        "revoked on the next request"
+    );
+    // The admin API wants the admin token, not a tenant key.
+    let r = ureq::get(&s.url("/admin/v1/tenants"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .call();
+    assert!(matches!(r, Err(ureq::Error::Status(401, _))));
+
+    // After all of that, a good request is answered.
+    let (got, v) = s.post("/v1/chat/completions", &key, &ok);
+    assert_eq!(got, 200, "{v}");
+    assert!(!chat_text(&v).is_empty());
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() {
+    let s = Server::start(&["--max-sequences", "1", "--queue-capacity", "1"]);
+    let key = s.tenant("acme");
+    let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 48,
+                      "temperature": 0});
+    let results: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..5)
+            .map(|_| {
+                let (s, key, body) = (&s, &key, &body);
+                scope.spawn(move || {
+                    match ureq::post(&s.url("/v1/completions"))
+                        .set("Authorization", &format!("Bearer {key}"))
+                        .send_json(body.clone())
+                    {
+                        Ok(r) => (r.status(), None),
+                        Err(ureq::Error::Status(code, r)) => {
+                            (code, r.header("retry-after").map(str::to_string))
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = results.iter().filter(|r| r.0 == 200).count();
+    let limited: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
+    assert!(
+        ok >= 2,
+        "one running and one queued must finish: {results:?}"
+    );
+    assert!(
+        !limited.is_empty(),
+        "five at once with one slot and one queue place: {results:?}"
+    );
+    assert!(
+        limited.iter().all(|r| r.1.is_some()),
+        "429 carries Retry-After"
+    );
+    assert_eq!(ok + limited.len(), 5, "{results:?}");
+}
