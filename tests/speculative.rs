@@ -10,9 +10,11 @@ use specgate::chat::ChatMessage;
 use specgate::generate::{generate, generate_in, GenerateParams};
 use specgate::model::LogitRows;
 use specgate::prompts::load_prompt_sets;
-use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::strategy::{
+    BoxedDrafter, BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER,
+};
 use specgate::SamplingParams;
-use specgate_strategies::{argmax, Drafter, NgramDrafter, PlainDrafter, SuffixCache};
+use specgate_strategies::{argmax, NgramDrafter, PlainDrafter, SuffixCache};
 use std::sync::{Arc, Mutex};
 
 const TOKENS: usize = 40;
@@ -33,7 +35,7 @@ fn params(k: usize) -> GenerateParams {
 /// One drafter per strategy, built once (model drafters load weights) and reused.
 /// The separate draft model is the target's own file: same vocabulary, and a check that a
 /// draft which computes exactly the target's argmax is always accepted.
-fn drafters(lm: &specgate::loaded::LoadedModel) -> Vec<(StrategyKind, Box<dyn Drafter>)> {
+fn drafters(lm: &specgate::loaded::LoadedModel) -> Vec<(StrategyKind, BoxedDrafter)> {
     let cfg = DrafterConfig {
         target_path: common::model_path(),
         draft_model: Some(common::model_path()),
