@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod gateway;
 pub mod generate;
 pub mod loaded;
+pub mod loadgen;
 pub mod model;
 pub mod model_drafter;
 pub mod prompts;

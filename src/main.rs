@@ -31,6 +31,8 @@ enum Command {
     Serve(ServeArgs),
     /// Generate text for one prompt, streaming it to stdout.
     Generate(GenerateArgs),
+    /// Load a running server with a mix of workload classes, speculation on and off.
+    Loadgen(LoadgenArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -137,6 +139,30 @@ struct ServeArgs {
     /// HTTP worker threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+}
+
+#[derive(Args)]
+struct LoadgenArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// A tenant's API key (also SPECGATE_API_KEY).
+    #[arg(long, env = "SPECGATE_API_KEY", hide_env_values = true)]
+    key: String,
+    /// The model id (default: the first of /v1/models).
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    concurrency: Vec<usize>,
+    /// Requests per level and mode (raised to the concurrency when lower).
+    #[arg(long, default_value_t = 16)]
+    requests: usize,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    #[arg(long, default_value = "tests/fixtures/prompts")]
+    prompts: PathBuf,
+    /// Where loadgen.md and loadgen.json go (git-ignored).
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -309,6 +335,21 @@ fn run_serve(args: ServeArgs) -> Result<()> {
 fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => run_serve(args),
+        Command::Loadgen(args) => {
+            let cfg = specgate::loadgen::LoadgenConfig {
+                url: args.url.trim_end_matches('/').to_string(),
+                key: args.key,
+                model: args.model,
+                concurrency: args.concurrency,
+                requests: args.requests,
+                max_tokens: args.max_tokens,
+                prompt_dir: args.prompts,
+            };
+            let rows = specgate::loadgen::loadgen(&cfg, &mut std::io::stderr())?;
+            println!("{}", specgate::loadgen::markdown(&rows));
+            specgate::loadgen::write_results(&args.out, &rows)?;
+            Ok(())
+        }
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);

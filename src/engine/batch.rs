@@ -252,7 +252,6 @@ impl Engine {
             self.live.len() + self.waiting.len(),
             self.config.max_sequences,
         );
-        let k_cap = k_under_load(usize::MAX / 2, load, self.config.spec_off_occupancy);
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);
         let mut work = Vec::with_capacity(self.live.len());
@@ -261,7 +260,8 @@ impl Engine {
             if !decoding || l.state.is_finished() || budget == 0 {
                 continue;
             }
-            let k = k_cap.min(l.sub.plan.k).min(budget - 1);
+            let k =
+                k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy).min(budget - 1);
             let round = l.state.propose(&mut *l.sub.drafter, k, vocab);
             budget -= round.tokens.len();
             work.push(Work::Round(i, round));

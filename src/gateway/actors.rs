@@ -72,8 +72,12 @@ impl Handler<PlanFor> for Router {
                 format!("strategy {} is not available on this server", plan.strategy),
             ));
         }
+        // Above the threshold nothing speculates: start plain (no drafter state to build).
+        // Below it the engine shapes k every step from the occupancy of that moment.
         let off_at = self.engine.config().spec_off_occupancy;
-        plan.k = k_under_load(plan.k, self.engine.load(), off_at);
+        if k_under_load(plan.k, self.engine.load(), off_at) == 0 {
+            plan = SpecPlan::PLAIN;
+        }
         if plan.strategy == StrategyKind::Plain {
             plan.k = 0;
         }

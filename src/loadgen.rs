@@ -1,0 +1,312 @@
+//! `specgate loadgen`: a load generator against a running server. For each concurrency level
+//! it runs the same mix of workload classes with speculation on (the server's plan) and off
+//! (`speculation: {"enabled": false}`), back to back in one run, and reports throughput, time
+//! to first token and inter-token latency percentiles, overall and per class.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::prompts::load_prompt_sets;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    #[error("http: {0}")]
+    Http(String),
+    #[error("prompts: {0}")]
+    Prompts(#[from] crate::prompts::PromptError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the server answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadgenConfig {
+    pub url: String,
+    pub key: String,
+    pub model: Option<String>,
+    pub concurrency: Vec<usize>,
+    /// Requests per level and mode (at least the concurrency).
+    pub requests: usize,
+    pub max_tokens: usize,
+    pub prompt_dir: PathBuf,
+}
+
+/// One finished request.
+#[derive(Debug, Clone)]
+struct Sample {
+    class: String,
+    ttft: f64,
+    /// Mean seconds per output token after the first (TPOT).
+    itl: f64,
+    tokens: usize,
+}
+
+/// One level × mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct LevelReport {
+    pub concurrency: usize,
+    pub speculation: bool,
+    pub class: String, // "all" or one class
+    pub requests: usize,
+    pub errors: usize,
+    pub tokens_per_second: f64,
+    pub ttft_p50: f64,
+    pub ttft_p95: f64,
+    pub itl_p50: f64,
+    pub itl_p95: f64,
+}
+
+fn http_err(e: ureq::Error) -> LoadgenError {
+    LoadgenError::Http(e.to_string())
+}
+
+/// The served model's id, from /v1/models.
+fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
+    if let Some(m) = &cfg.model {
+        return Ok(m.clone());
+    }
+    let v: Value = ureq::get(&format!("{}/v1/models", cfg.url))
+        .set("Authorization", &format!("Bearer {}", cfg.key))
+        .call()
+        .map_err(http_err)?
+        .into_json()?;
+    v["data"][0]["id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| LoadgenError::Protocol(format!("no model in {v}")))
+}
+
+/// Stream one chat request and time it.
+fn one_request(
+    cfg: &LoadgenConfig,
+    model: &str,
+    class: &str,
+    prompt: &str,
+    spec: bool,
+) -> Result<Sample, LoadgenError> {
+    let mut body = json!({
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": cfg.max_tokens,
+        "temperature": 0,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "workload": class,
+    });
+    if !spec {
+        body["speculation"] = json!({"enabled": false});
+    }
+    let start = Instant::now();
+    let resp = ureq::post(&format!("{}/v1/chat/completions", cfg.url))
+        .set("Authorization", &format!("Bearer {}", cfg.key))
+        .send_json(body)
+        .map_err(http_err)?;
+    let (mut first, mut last, mut tokens) = (None, start, 0usize);
+    for line in BufReader::new(resp.into_reader()).lines() {
+        let line = line?;
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| LoadgenError::Protocol(format!("{e}: {data}")))?;
+        if let Some(err) = v.get("error") {
+            return Err(LoadgenError::Protocol(err.to_string()));
+        }
+        if v["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+        {
+            let now = Instant::now();
+            first.get_or_insert(now);
+            last = now;
+        }
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            tokens = n as usize;
+        }
+    }
+    let first = first.unwrap_or(last);
+    let ttft = (first - start).as_secs_f64();
+    let itl = if tokens > 1 {
+        (last - first).as_secs_f64() / (tokens - 1) as f64
+    } else {
+        0.0
+    };
+    Ok(Sample {
+        class: class.to_string(),
+        ttft,
+        itl,
+        tokens,
+    })
+}
+
+fn percentile(xs: &mut [f64], p: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(f64::total_cmp);
+    let i = ((xs.len() - 1) as f64 * p).round() as usize;
+    xs[i]
+}
+
+/// Run `n` requests over `c` client threads; returns the samples, the errors and wall time.
+fn run_level(
+    cfg: &LoadgenConfig,
+    model: &str,
+    mix: &[(String, String)],
+    c: usize,
+    n: usize,
+    spec: bool,
+) -> (Vec<Sample>, usize, Duration) {
+    let next = AtomicUsize::new(0);
+    let samples = Mutex::new(Vec::with_capacity(n));
+    let errors = AtomicUsize::new(0);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..c {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let (class, prompt) = &mix[i % mix.len()];
+                match one_request(cfg, model, class, prompt, spec) {
+                    Ok(s) => samples.lock().unwrap_or_else(|p| p.into_inner()).push(s),
+                    Err(e) => {
+                        eprintln!("loadgen: request failed: {e}");
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let samples = samples.into_inner().unwrap_or_else(|p| p.into_inner());
+    (samples, errors.into_inner(), start.elapsed())
+}
+
+fn summarise(
+    c: usize,
+    spec: bool,
+    class: &str,
+    samples: &[&Sample],
+    errors: usize,
+    wall: Duration,
+) -> LevelReport {
+    let tokens: usize = samples.iter().map(|s| s.tokens).sum();
+    let mut ttft: Vec<f64> = samples.iter().map(|s| s.ttft).collect();
+    let mut itl: Vec<f64> = samples.iter().map(|s| s.itl).collect();
+    LevelReport {
+        concurrency: c,
+        speculation: spec,
+        class: class.to_string(),
+        requests: samples.len(),
+        errors,
+        tokens_per_second: tokens as f64 / wall.as_secs_f64().max(1e-9),
+        ttft_p50: percentile(&mut ttft, 0.5),
+        ttft_p95: percentile(&mut ttft, 0.95),
+        itl_p50: percentile(&mut itl, 0.5),
+        itl_p95: percentile(&mut itl, 0.95),
+    }
+}
+
+/// Every level with speculation on, then off; a row for all classes and one per class.
+pub fn loadgen(
+    cfg: &LoadgenConfig,
+    log: &mut dyn std::io::Write,
+) -> Result<Vec<LevelReport>, LoadgenError> {
+    let model = model_id(cfg)?;
+    let sets = load_prompt_sets(&cfg.prompt_dir)?;
+    // Interleave the classes so every level sees the same mix.
+    let longest = sets.iter().map(|s| s.prompts.len()).max().unwrap_or(0);
+    let mix: Vec<(String, String)> = (0..longest)
+        .flat_map(|i| {
+            sets.iter()
+                .filter_map(move |s| s.prompts.get(i).map(|p| (s.name.clone(), p.clone())))
+        })
+        .collect();
+    if mix.is_empty() {
+        return Err(LoadgenError::Protocol("no prompts".into()));
+    }
+    let mut rows = Vec::new();
+    for &c in &cfg.concurrency {
+        let n = cfg.requests.max(c);
+        for spec in [true, false] {
+            let (samples, errors, wall) = run_level(cfg, &model, &mix, c, n, spec);
+            let all: Vec<&Sample> = samples.iter().collect();
+            let row = summarise(c, spec, "all", &all, errors, wall);
+            writeln!(
+                log,
+                "concurrency {c:>2} speculation {:<3}: {:.1} tok/s, ITL p50 {:.1} ms, {} errors",
+                if spec { "on" } else { "off" },
+                row.tokens_per_second,
+                row.itl_p50 * 1e3,
+                errors
+            )?;
+            rows.push(row);
+            for set in &sets {
+                let of: Vec<&Sample> = samples.iter().filter(|s| s.class == set.name).collect();
+                if !of.is_empty() {
+                    rows.push(summarise(c, spec, &set.name, &of, 0, wall));
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The report as a markdown table, with speculation on/off ratios per level and class.
+pub fn markdown(rows: &[LevelReport]) -> String {
+    let mut out = String::from(
+        "| concurrency | class | spec | requests | errors | tok/s | TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms | ITL off/on | tok/s on/off |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let twin = rows.iter().find(|o| {
+            o.concurrency == r.concurrency && o.class == r.class && o.speculation != r.speculation
+        });
+        let (itl_ratio, tps_ratio) = match (r.speculation, twin) {
+            (true, Some(off)) => (
+                format!("{:.2}", off.itl_p50 / r.itl_p50.max(1e-9)),
+                format!(
+                    "{:.2}",
+                    r.tokens_per_second / off.tokens_per_second.max(1e-9)
+                ),
+            ),
+            _ => (String::new(), String::new()),
+        };
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.1} | {:.1} | {} | {} |\n",
+            r.concurrency,
+            r.class,
+            if r.speculation { "on" } else { "off" },
+            r.requests,
+            r.errors,
+            r.tokens_per_second,
+            r.ttft_p50 * 1e3,
+            r.ttft_p95 * 1e3,
+            r.itl_p50 * 1e3,
+            r.itl_p95 * 1e3,
+            itl_ratio,
+            tps_ratio
+        );
+    }
+    out
+}
+
+pub fn write_results(dir: &Path, rows: &[LevelReport]) -> Result<(), LoadgenError> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("loadgen.md"), markdown(rows))?;
+    let json =
+        serde_json::to_string_pretty(rows).map_err(|e| LoadgenError::Protocol(e.to_string()))?;
+    std::fs::write(dir.join("loadgen.json"), json)?;
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! The engine thread on a tiny random model (fast): continuous batching gives every sequence
+//! exactly what it gets alone, caches are freed when sequences end or are abandoned, and
+//! admission refuses what cannot fit.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use specgate::engine::{
+    EngineConfig, EngineHandle, Event, RouteLabels, Submission, SubmitError, Summary,
+};
+use specgate::generate::{generate, GenerateParams};
+use specgate::loaded::LoadedModel;
+use specgate::SamplingParams;
+use specgate_policies::{SpecPlan, WorkloadClass};
+use specgate_strategies::{NgramDrafter, PlainDrafter, StrategyKind, TokenId};
+use tokio::sync::mpsc;
+
+fn tiny_model() -> (tempfile::TempDir, LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    common::tiny::write_tiny_llama(&path);
+    let lm = LoadedModel::load(&path).unwrap();
+    (dir, lm)
+}
+
+fn params(max_tokens: usize, k: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        seed: 0,
+        stop: Vec::new(),
+        max_draft_tokens: k,
+        adaptive_k: false,
+    }
+}
+
+fn submission(
+    engine: &EngineHandle,
+    prompt: Vec<TokenId>,
+    max_tokens: usize,
+    ngram: bool,
+) -> (Submission, mpsc::UnboundedReceiver<Event>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (plan, drafter): (SpecPlan, specgate::strategy::BoxedDrafter) = if ngram {
+        let plan = SpecPlan {
+            strategy: StrategyKind::Ngram,
+            k: 3,
+            adaptive: false,
+        };
+        (plan, Box::new(NgramDrafter::default()))
+    } else {
+        (SpecPlan::PLAIN, Box::new(PlainDrafter))
+    };
+    let sub = Submission {
+        id: engine.next_request_id(),
+        prompt,
+        params: params(max_tokens, plan.k),
+        plan,
+        drafter,
+        route: RouteLabels {
+            tenant: "t".into(),
+            class: WorkloadClass::Chat,
+        },
+        events: tx,
+    };
+    (sub, rx)
+}
+
+/// Text and summary of one request.
+fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Summary) {
+    let mut text = String::new();
+    loop {
+        match rx.blocking_recv().expect("the engine hung up") {
+            Event::Text { text: t, .. } => text += &t,
+            Event::Done(s) => return (text, s),
+            Event::Failed(why) => panic!("request failed: {why}"),
+        }
+    }
+}
+
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
+    let (_dir, mut alone) = tiny_model();
+    let (_dir2, lm) = tiny_model();
+    let engine = EngineHandle::start(
+        lm,
+        EngineConfig {
+            max_batch_tokens: 12,
+            prefill_chunk: 3,
+            max_sequences: 3,
+            // Keep speculating however full: this test is about batching, not load.
+            spec_off_occupancy: 10.0,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    // Six prompts for three slots: some wait, long ones prefill in chunks of 3.
+    let prompts: Vec<Vec<TokenId>> = (0..6)
+        .map(|i| {
+            (0..3 + 2 * i)
+                .map(|j| 3 + ((i * 7 + j * 3) % 5) as u32)
+                .collect()
+        })
+        .collect();
+    let mut pending = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let (sub, rx) = submission(&engine, p.clone(), 20, i % 2 == 0);
+        engine.submit(sub).unwrap();
+        pending.push((p.clone(), i % 2 == 0, rx));
+    }
+    for (prompt, ngram, mut rx) in pending {
+        let (text, summary) = collect(&mut rx);
+        let mut drafter: specgate::strategy::BoxedDrafter = if ngram {
+            Box::new(NgramDrafter::default())
+        } else {
+            Box::new(PlainDrafter)
+        };
+        let k = if ngram { 3 } else { 0 };
+        let lm = &mut alone;
+        let want = generate(
+            &mut lm.model,
+            &lm.tokenizer,
+            &prompt,
+            &params(20, k),
+            &mut *drafter,
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(
+            text, want.text,
+            "prompt {prompt:?}: batched output differs from alone"
+        );
+        assert_eq!(summary.completion_tokens, want.generated_tokens);
+        assert_eq!(summary.prompt_tokens, prompt.len());
+        if ngram {
+            assert!(
+                summary.stats.drafted > 0,
+                "{prompt:?}: the ngram drafter never drafted"
+            );
+        }
+    }
+    let status = engine.status();
+    wait_until("every cache freed", || {
+        status.live.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && status.kv_bytes.load(std::sync::atomic::Ordering::SeqCst) == 0
+    });
+}
+
+#[test]
+fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
+    let (_dir, lm) = tiny_model();
+    let engine = EngineHandle::start(
+        lm,
+        EngineConfig {
+            max_sequences: 1,
+            queue_capacity: 1,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let status = engine.status();
+    let live = || status.live.load(std::sync::atomic::Ordering::SeqCst);
+
+    // A client that goes away after its first piece of text.
+    let (sub, mut rx) = submission(&engine, vec![3, 4, 5], 60, false);
+    engine.submit(sub).unwrap();
+    assert!(matches!(rx.blocking_recv(), Some(Event::Text { .. })));
+    drop(rx);
+    wait_until("the abandoned sequence to leave", || live() == 0);
+
+    // One slot, one queue place: the third request at once is refused.
+    let mut keep = Vec::new();
+    let mut refused = 0;
+    for _ in 0..3 {
+        let (sub, rx) = submission(&engine, vec![3, 4, 5], 60, false);
+        match engine.submit(sub) {
+            Ok(()) => keep.push(rx),
+            Err(SubmitError::QueueFull { .. }) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        refused >= 1,
+        "one slot and one queue place cannot take three"
+    );
+    for mut rx in keep {
+        collect(&mut rx);
+    }
+
+    // A request whose KV reservation exceeds the whole budget is refused outright.
+    let small = EngineHandle::start(
+        tiny_model().1,
+        EngineConfig {
+            kv_budget_bytes: 1024,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let (sub, _rx) = submission(&small, vec![3, 4, 5], 60, false);
+    assert!(matches!(
+        small.submit(sub),
+        Err(SubmitError::TooLarge { .. })
+    ));
+}
