@@ -6,6 +6,7 @@
 //! weight row once for all activation rows of a call (the k+1 rows of a verify pass).
 
 mod dot;
+mod dot512;
 pub mod qmatmul;
 pub mod quantize;
 

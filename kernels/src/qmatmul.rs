@@ -15,6 +15,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use crate::dot::{self, WeightRow};
+use crate::dot512::PairedRows;
 use crate::quantize::{quantize_rows, Q8Batch, QK};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -171,6 +172,13 @@ impl QuantMatrix {
         if rows == 0 {
             return Vec::new();
         }
+        // Two rows per 512-bit register pay from two rows on; one row runs 256 bits wide.
+        let paired = (isa == Isa::Avx512Vnni && rows >= 2).then(|| PairedRows::from_batch(&acts));
+        let single_isa = if isa == Isa::Avx512Vnni {
+            Isa::best_256()
+        } else {
+            isa
+        };
         // Features-major scratch so each thread owns a contiguous chunk: [out_dim, rows].
         let mut t = vec![0.0f32; self.out_dim * rows];
         let features_per_task = 32;
@@ -178,7 +186,11 @@ impl QuantMatrix {
             .enumerate()
             .for_each(|(c, out)| {
                 for (k, o) in out.chunks_exact_mut(rows).enumerate() {
-                    self.row_dots(c * features_per_task + k, &acts, o, isa);
+                    let f = c * features_per_task + k;
+                    match &paired {
+                        Some(p) => self.row_dots_paired(f, p, o),
+                        None => self.row_dots(f, &acts, o, single_isa),
+                    }
                 }
             });
         let mut y = vec![0.0f32; rows * self.out_dim];
@@ -190,10 +202,10 @@ impl QuantMatrix {
         y
     }
 
-    /// Weight row `f` dotted with every activation row, in tiles of up to 4 rows.
-    fn row_dots(&self, f: usize, acts: &Q8Batch, out: &mut [f32], isa: Isa) {
+    /// Weight row `f` as the kernels read it.
+    fn weight_row(&self, f: usize) -> WeightRow<'_> {
         let nb = self.in_dim / QK;
-        let w = WeightRow {
+        WeightRow {
             d: &self.d[f * nb..][..nb],
             m: if self.m.is_empty() {
                 &[]
@@ -204,7 +216,12 @@ impl QuantMatrix {
                 QuantFormat::Q4_1 => &self.qs[f * nb * 16..][..nb * 16],
                 QuantFormat::Q8_0 => &self.qs[f * nb * QK..][..nb * QK],
             },
-        };
+        }
+    }
+
+    /// Weight row `f` dotted with every activation row, in tiles of up to 4 rows.
+    fn row_dots(&self, f: usize, acts: &Q8Batch, out: &mut [f32], isa: Isa) {
+        let w = self.weight_row(f);
         let mut r0 = 0;
         while r0 < out.len() {
             let n = (out.len() - r0).min(4);
@@ -220,40 +237,125 @@ pub enum Isa {
     Portable,
     Avx2,
     AvxVnni,
+    /// AVX-512 F/BW/VNNI: two activation rows per register from two rows on.
+    Avx512Vnni,
 }
 
 impl Isa {
-    /// The best this CPU supports (checked once).
+    const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+
+    /// Whether this CPU runs `self`.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            match self {
+                Isa::Portable => true,
+                Isa::Avx2 => avx2,
+                Isa::AvxVnni => avx2 && is_x86_feature_detected!("avxvnni"),
+                Isa::Avx512Vnni => {
+                    avx2 && is_x86_feature_detected!("avx512f")
+                        && is_x86_feature_detected!("avx512bw")
+                        && is_x86_feature_detected!("avx512vnni")
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Portable
+        }
+    }
+
+    /// The best this CPU supports (checked once). `SPECGATE_ISA=avx2|avxvnni|portable` caps it
+    /// (benchmarks compare kernels that way).
     pub fn detect() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            {
-                let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-                if avx2 && is_x86_feature_detected!("avxvnni") {
-                    return Isa::AvxVnni;
-                }
-                if avx2 {
-                    return Isa::Avx2;
-                }
-            }
-            Isa::Portable
+            let cap = std::env::var("SPECGATE_ISA").ok();
+            let capped = |i: &Isa| match cap.as_deref() {
+                Some("portable") => *i == Isa::Portable,
+                Some("avx2") => *i <= Isa::Avx2,
+                Some("avxvnni") => *i <= Isa::AvxVnni,
+                _ => true,
+            };
+            Self::ALL
+                .into_iter()
+                .rev()
+                .find(|i| capped(i) && i.supported())
+                .unwrap_or(Isa::Portable)
         })
+    }
+
+    /// The best 256-bit instruction set (one-row products on AVX-512 machines).
+    fn best_256() -> Isa {
+        [Isa::AvxVnni, Isa::Avx2]
+            .into_iter()
+            .find(|i| i.supported())
+            .unwrap_or(Isa::Portable)
     }
 
     /// Every instruction set this CPU can run (for tests).
     pub fn available() -> Vec<Isa> {
-        let best = Isa::detect();
-        [Isa::Portable, Isa::Avx2, Isa::AvxVnni]
-            .into_iter()
-            .filter(|&i| i <= best)
-            .collect()
+        Self::ALL.into_iter().filter(|i| i.supported()).collect()
     }
 }
 
 impl PartialOrd for Isa {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some((*self as u8).cmp(&(*other as u8)))
+    }
+}
+
+impl QuantMatrix {
+    /// Weight row `f` dotted with every (paired) activation row, in tiles of up to 4 pairs.
+    fn row_dots_paired(&self, f: usize, acts: &PairedRows, out: &mut [f32]) {
+        let w = self.weight_row(f);
+        let pairs = acts.rows / 2;
+        let mut p0 = 0;
+        while p0 < pairs {
+            let n = (pairs - p0).min(4);
+            let rows = 2 * p0..(2 * (p0 + n)).min(out.len());
+            paired_tile(self.format, n, &w, acts, p0, &mut out[rows]);
+            p0 += n;
+        }
+    }
+}
+
+/// Dispatch one paired tile of `n` (1..=4) pairs. Only called when AVX-512 VNNI was detected.
+fn paired_tile(
+    format: QuantFormat,
+    n: usize,
+    w: &WeightRow,
+    a: &PairedRows,
+    p0: usize,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::dot512::x86::*;
+        macro_rules! by_size {
+            ($k:ident) => {
+                // SAFETY: paired rows exist only when Isa::Avx512Vnni is supported; the weight
+                // row and the paired activations hold `nb` blocks, and `d`/`s` are padded.
+                unsafe {
+                    match n {
+                        4 => $k::<4>(w, a, p0, out),
+                        3 => $k::<3>(w, a, p0, out),
+                        2 => $k::<2>(w, a, p0, out),
+                        _ => $k::<1>(w, a, p0, out),
+                    }
+                }
+            };
+        }
+        match format {
+            QuantFormat::Q4_1 => by_size!(q4_1_pairs),
+            QuantFormat::Q8_0 => by_size!(q8_0_pairs),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (format, n, w, a, p0, out);
+        unreachable!("paired tiles are x86-64 only");
     }
 }
 
@@ -363,6 +465,9 @@ mod tests {
                     })
                     .collect();
                 let reference = m.matmul_with(&x, Isa::Portable);
+                if rows == 1 {
+                    eprintln!("kernels compared: {:?}", Isa::available());
+                }
                 for isa in Isa::available() {
                     let got = m.matmul_with(&x, isa);
                     assert_eq!(
