@@ -2,9 +2,13 @@
 //! of draft strategy and k. Pure: no async, no storage; times are passed in as numbers.
 
 pub mod adaptive_k;
+pub mod cost;
+pub mod learner;
 pub mod plan;
 pub mod workload;
 
 pub use adaptive_k::{expected_speedup, AdaptiveK};
+pub use cost::{LoadView, StepCosts};
+pub use learner::{Constraints, Learner, Observation, RouteKey};
 pub use plan::{default_plan, k_under_load, Load, SpecPlan};
 pub use workload::{classify, UnknownWorkload, WorkloadClass};

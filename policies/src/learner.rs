@@ -1,0 +1,210 @@
+//! Learning, per route, which strategy and k pay off.
+//!
+//! Each (route, strategy) keeps a Beta posterior on α from the draft positions its requests
+//! judged, decayed toward the prior on every request of the route so old evidence fades (a
+//! model update, a change of traffic) and untried or stale strategies get explored again.
+//! Each strategy also keeps its measured draft cost c. A request's plan draws α from every
+//! allowed strategy's posterior (Thompson sampling: exploration in proportion to
+//! uncertainty), takes for each the k that maximises [`value`] at the current load, and keeps
+//! plain decoding (value 1) as a candidate. The incumbent keeps its place unless a challenger
+//! is better by a margin, so the choice does not flap.
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use rand::Rng;
+use rand_distr::{Beta, Distribution};
+use specgate_strategies::StrategyKind;
+
+use crate::cost::{value, LoadView};
+use crate::plan::SpecPlan;
+use crate::workload::WorkloadClass;
+
+/// A route: one tenant's traffic of one workload class.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteKey {
+    pub tenant: String,
+    pub class: WorkloadClass,
+}
+
+/// What a route may do (admin policy; defaults per class).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constraints {
+    pub speculation: bool,
+    pub allowed: Vec<StrategyKind>,
+    pub k_min: usize,
+    pub k_max: usize,
+    pub explore: bool,
+}
+
+/// What one finished request measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Observation {
+    pub strategy: StrategyKind,
+    pub rounds: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    /// Draft positions the target judged (a round stops at its first rejection).
+    pub judged: u64,
+    pub draft_secs: f64,
+    pub verify_secs: f64,
+}
+
+/// A request's evidence counts as at most this many judged positions: one long request must
+/// not outweigh the route's recent history.
+const MAX_EVIDENCE: f64 = 20.0;
+/// Decay of an arm's evidence when it gets new evidence: about its last 20 requests count.
+const DECAY_OWN: f64 = 0.95;
+/// Decay of every other arm per request of the route: evidence nobody refreshes goes stale
+/// (half-life ≈ 140 requests) and the strategy gets explored again, rarely.
+const DECAY_STALE: f64 = 0.995;
+/// A challenger must beat the incumbent by this factor.
+const HYSTERESIS: f64 = 1.03;
+const PRIOR: (f64, f64) = (1.0, 1.0);
+const K_LIMIT: usize = 16;
+
+/// One strategy's evidence on one route.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArmState {
+    pub accepted: f64,
+    pub rejected: f64,
+    /// Draft cost per drafted token relative to a verify pass (EMA).
+    pub draft_cost: Option<f64>,
+}
+
+impl Default for ArmState {
+    fn default() -> Self {
+        Self {
+            accepted: PRIOR.0,
+            rejected: PRIOR.1,
+            draft_cost: None,
+        }
+    }
+}
+
+impl ArmState {
+    pub fn mean_alpha(&self) -> f64 {
+        self.accepted / (self.accepted + self.rejected)
+    }
+
+    fn draw(&self, rng: &mut impl Rng) -> f64 {
+        Beta::new(self.accepted, self.rejected).map_or(self.mean_alpha(), |b| b.sample(rng))
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct RouteState {
+    arms: BTreeMap<StrategyKind, ArmState>,
+    incumbent: Option<(StrategyKind, usize)>,
+}
+
+/// The per-route learner. Pure: load and randomness come in as arguments.
+#[derive(Debug, Clone, Default)]
+pub struct Learner {
+    routes: HashMap<RouteKey, RouteState>,
+}
+
+/// Prior draft cost when none was measured: lookups are free, model drafters are not.
+fn prior_cost(s: StrategyKind) -> f64 {
+    if s.is_lookup() || s == StrategyKind::Plain {
+        0.0
+    } else {
+        0.3
+    }
+}
+
+/// The best k for α in `[k_min, k_max]` and its value.
+pub fn best_k(alpha: f64, c: f64, load: &LoadView, k_min: usize, k_max: usize) -> (usize, f64) {
+    (k_min.max(1)..=k_max.min(K_LIMIT))
+        .map(|k| (k, value(alpha, k, c, load)))
+        .fold((0, f64::MIN), |best, x| if x.1 > best.1 { x } else { best })
+}
+
+impl Learner {
+    /// The plan for the route's next request.
+    pub fn choose(
+        &mut self,
+        route: &RouteKey,
+        limits: &Constraints,
+        load: &LoadView,
+        rng: &mut impl Rng,
+    ) -> SpecPlan {
+        let state = self.routes.entry(route.clone()).or_default();
+        if !limits.speculation || limits.k_max == 0 {
+            state.incumbent = None;
+            return SpecPlan::PLAIN;
+        }
+        let mut candidates: Vec<((StrategyKind, usize), f64)> =
+            vec![((StrategyKind::Plain, 0), 1.0)];
+        for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
+            let arm = state.arms.get(&s).copied().unwrap_or_default();
+            let alpha = if limits.explore {
+                arm.draw(rng)
+            } else {
+                arm.mean_alpha()
+            };
+            let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
+            let (k, v) = best_k(alpha, c, load, limits.k_min, limits.k_max);
+            if k > 0 {
+                candidates.push(((s, k), v));
+            }
+        }
+        let best = candidates
+            .iter()
+            .copied()
+            .fold(candidates[0], |b, x| if x.1 > b.1 { x } else { b });
+        let keep = state.incumbent.and_then(|inc| {
+            candidates
+                .iter()
+                .find(|c| c.0 .0 == inc.0)
+                .filter(|c| c.1 * HYSTERESIS >= best.1)
+                .copied()
+        });
+        let ((strategy, k), _) = keep.unwrap_or(best);
+        state.incumbent = Some((strategy, k));
+        if strategy == StrategyKind::Plain {
+            return SpecPlan::PLAIN;
+        }
+        SpecPlan {
+            strategy,
+            k,
+            adaptive: true,
+        }
+    }
+
+    /// Learn from a finished request of the route.
+    pub fn observe(&mut self, route: &RouteKey, obs: &Observation) {
+        let state = self.routes.entry(route.clone()).or_default();
+        let observed =
+            (obs.strategy != StrategyKind::Plain && obs.judged > 0).then_some(obs.strategy);
+        for (s, arm) in state.arms.iter_mut() {
+            let d = if Some(*s) == observed {
+                DECAY_OWN
+            } else {
+                DECAY_STALE
+            };
+            arm.accepted = PRIOR.0 + (arm.accepted - PRIOR.0) * d;
+            arm.rejected = PRIOR.1 + (arm.rejected - PRIOR.1) * d;
+        }
+        let Some(strategy) = observed else {
+            return;
+        };
+        let arm = state.arms.entry(strategy).or_default();
+        let weight = (obs.judged as f64).min(MAX_EVIDENCE) / obs.judged as f64;
+        arm.accepted += obs.accepted as f64 * weight;
+        arm.rejected += (obs.judged - obs.accepted.min(obs.judged)) as f64 * weight;
+        if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
+            let pass = obs.verify_secs / obs.rounds as f64;
+            let c = obs.draft_secs / obs.drafted as f64 / pass;
+            arm.draft_cost = Some(arm.draft_cost.map_or(c, |old| old + 0.2 * (c - old)));
+        }
+    }
+
+    /// The route's current evidence (for analytics and tests).
+    pub fn arms(&self, route: &RouteKey) -> Vec<(StrategyKind, ArmState)> {
+        self.routes
+            .get(route)
+            .map(|s| s.arms.iter().map(|(k, v)| (*k, *v)).collect())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,272 @@
+//! The learner on a simulator with known α per strategy and known costs: it converges to the
+//! best (strategy, k), earns within 10% of the best fixed choice in hindsight, adapts when a
+//! route's α drops, and turns speculation off under saturation and back on as load falls.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use specgate_policies::cost::{value, LoadView};
+use specgate_policies::learner::{best_k, Constraints, Learner, Observation, RouteKey};
+use specgate_policies::{SpecPlan, WorkloadClass};
+use specgate_strategies::StrategyKind;
+
+const TOKENS: usize = 64;
+
+/// A strategy's true acceptance and draft cost (relative to a plain step).
+#[derive(Clone, Copy)]
+struct Truth {
+    strategy: StrategyKind,
+    alpha: f64,
+    c: f64,
+}
+
+/// Run one request of TOKENS tokens; returns (tokens, time in plain steps, observation).
+fn simulate(
+    plan: SpecPlan,
+    truths: &[Truth],
+    load: &LoadView,
+    rng: &mut ChaCha8Rng,
+) -> (usize, f64, Observation) {
+    let truth = truths.iter().find(|t| t.strategy == plan.strategy);
+    let (k, alpha, c) = match truth {
+        Some(t) if !plan.is_plain() => (plan.k, t.alpha, t.c),
+        _ => (0, 0.0, 0.0),
+    };
+    let mut obs = Observation {
+        strategy: if k == 0 {
+            StrategyKind::Plain
+        } else {
+            plan.strategy
+        },
+        rounds: 0,
+        drafted: 0,
+        accepted: 0,
+        judged: 0,
+        draft_secs: 0.0,
+        verify_secs: 0.0,
+    };
+    let (mut tokens, mut time) = (0usize, 0.0f64);
+    while tokens < TOKENS {
+        let accepted = (0..k).take_while(|_| rng.random::<f64>() < alpha).count();
+        tokens += accepted + 1;
+        obs.rounds += 1;
+        obs.drafted += k as u64;
+        obs.accepted += accepted as u64;
+        obs.judged += (accepted + usize::from(accepted < k)) as u64;
+        let v = load.verify_cost(k);
+        obs.draft_secs += k as f64 * c;
+        obs.verify_secs += v;
+        time += v + k as f64 * c;
+    }
+    (tokens, time, obs)
+}
+
+fn limits() -> Constraints {
+    Constraints {
+        speculation: true,
+        allowed: vec![
+            StrategyKind::Ngram,
+            StrategyKind::Suffix,
+            StrategyKind::Draft,
+            StrategyKind::EarlyExit,
+        ],
+        k_min: 1,
+        k_max: 8,
+        explore: true,
+    }
+}
+
+fn truths(suffix_alpha: f64) -> Vec<Truth> {
+    vec![
+        Truth {
+            strategy: StrategyKind::Ngram,
+            alpha: 0.3,
+            c: 0.0,
+        },
+        Truth {
+            strategy: StrategyKind::Suffix,
+            alpha: suffix_alpha,
+            c: 0.0,
+        },
+        Truth {
+            strategy: StrategyKind::Draft,
+            alpha: 0.6,
+            c: 0.25,
+        },
+        Truth {
+            strategy: StrategyKind::EarlyExit,
+            alpha: 0.2,
+            c: 0.3,
+        },
+    ]
+}
+
+fn route() -> RouteKey {
+    RouteKey {
+        tenant: "t".into(),
+        class: WorkloadClass::CodeEdit,
+    }
+}
+
+const IDLE: LoadView = LoadView {
+    sequences: 1,
+    step: Some((1.0, 0.15)),
+};
+
+#[test]
+fn converges_to_the_best_choice_and_earns_within_ten_percent_of_the_best_fixed() {
+    let ts = truths(0.75);
+    // The analytic best (strategy, k).
+    let best = ts
+        .iter()
+        .map(|t| {
+            let (k, v) = best_k(t.alpha, t.c, &IDLE, 1, 8);
+            (t.strategy, k, v)
+        })
+        .fold(
+            (StrategyKind::Plain, 0, 1.0),
+            |b, x| if x.2 > b.2 { x } else { b },
+        );
+    assert_eq!(best.0, StrategyKind::Suffix);
+
+    let n = 400;
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let (mut tokens, mut time, mut late_best) = (0usize, 0.0f64, 0);
+    for i in 0..n {
+        let plan = learner.choose(&route(), &limits(), &IDLE, &mut rng);
+        let (t, dt, obs) = simulate(plan, &ts, &IDLE, &mut rng);
+        learner.observe(&route(), &obs);
+        tokens += t;
+        time += dt;
+        if i >= n - 100 && plan.strategy == best.0 {
+            late_best += 1;
+        }
+    }
+    assert!(
+        late_best >= 90,
+        "the best strategy in only {late_best} of the last 100"
+    );
+
+    // Best fixed choice in hindsight: every (strategy, k) simulated on the same number of requests.
+    let mut best_fixed = 1.0f64;
+    for t in &ts {
+        for k in 1..=8 {
+            let mut rng = ChaCha8Rng::seed_from_u64(2);
+            let plan = SpecPlan {
+                strategy: t.strategy,
+                k,
+                adaptive: false,
+            };
+            let (mut tk, mut tm) = (0usize, 0.0f64);
+            for _ in 0..n {
+                let (a, b, _) = simulate(plan, &ts, &IDLE, &mut rng);
+                tk += a;
+                tm += b;
+            }
+            best_fixed = best_fixed.max(tk as f64 / tm);
+        }
+    }
+    let learned = tokens as f64 / time;
+    eprintln!("learned {learned:.3} tokens per plain step, best fixed {best_fixed:.3}, best in {late_best} of the last 100");
+    assert!(
+        learned >= 0.9 * best_fixed,
+        "learned {learned:.3} vs best fixed {best_fixed:.3}"
+    );
+    assert!(learned > 1.5, "well above plain: {learned:.3}");
+}
+
+#[test]
+fn adapts_within_a_bounded_number_of_requests_after_alpha_drops() {
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for _ in 0..300 {
+        let plan = learner.choose(&route(), &limits(), &IDLE, &mut rng);
+        let (_, _, obs) = simulate(plan, &truths(0.8), &IDLE, &mut rng);
+        learner.observe(&route(), &obs);
+    }
+    assert_eq!(
+        learner
+            .choose(&route(), &limits(), &IDLE, &mut rng)
+            .strategy,
+        StrategyKind::Suffix
+    );
+    // A model update: suffix drafts stop matching.
+    let mut switched_at = None;
+    let mut suffix_late = 0;
+    for i in 0..100 {
+        let plan = learner.choose(&route(), &limits(), &IDLE, &mut rng);
+        if plan.strategy != StrategyKind::Suffix && switched_at.is_none() {
+            switched_at = Some(i);
+        }
+        if i >= 60 && plan.strategy == StrategyKind::Suffix {
+            suffix_late += 1;
+        }
+        let (_, _, obs) = simulate(plan, &truths(0.1), &IDLE, &mut rng);
+        learner.observe(&route(), &obs);
+    }
+    let at = switched_at.expect("never left the strategy whose α collapsed");
+    eprintln!("left suffix {at} requests after its α dropped; suffix in {suffix_late} of the last 40");
+    assert!(at <= 30, "took {at} requests to react");
+    assert!(
+        suffix_late <= 4,
+        "still suffix in {suffix_late} of the last 40"
+    );
+}
+
+#[test]
+fn saturation_turns_speculation_off_and_falling_load_turns_it_back_on() {
+    let ts = truths(0.6);
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let run = |load: LoadView, learner: &mut Learner, rng: &mut ChaCha8Rng| {
+        let mut plain = 0;
+        for _ in 0..60 {
+            let plan = learner.choose(&route(), &limits(), &load, rng);
+            plain += usize::from(plan.is_plain());
+            let (_, _, obs) = simulate(plan, &ts, &load, rng);
+            learner.observe(&route(), &obs);
+        }
+        plain
+    };
+    let saturated = LoadView {
+        sequences: 64,
+        step: Some((1.0, 0.15)),
+    };
+    assert!(run(IDLE, &mut learner, &mut rng) <= 6, "idle: speculate");
+    assert!(
+        value(0.6, 1, 0.0, &saturated) < 1.0,
+        "the cost model says plain wins saturated"
+    );
+    assert!(
+        run(saturated, &mut learner, &mut rng) >= 54,
+        "saturated: plain"
+    );
+    assert!(
+        run(IDLE, &mut learner, &mut rng) <= 6,
+        "load fell: speculate again"
+    );
+}
+
+#[test]
+fn constraints_bound_the_choice() {
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let off = Constraints {
+        speculation: false,
+        ..limits()
+    };
+    assert!(learner.choose(&route(), &off, &IDLE, &mut rng).is_plain());
+    let only_ngram = Constraints {
+        allowed: vec![StrategyKind::Ngram],
+        k_min: 2,
+        k_max: 3,
+        ..limits()
+    };
+    for _ in 0..50 {
+        let p = learner.choose(&route(), &only_ngram, &IDLE, &mut rng);
+        assert!(
+            p.is_plain() || (p.strategy == StrategyKind::Ngram && (2..=3).contains(&p.k)),
+            "{p:?}"
+        );
+    }
+}
