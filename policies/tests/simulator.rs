@@ -205,7 +205,9 @@ fn adapts_within_a_bounded_number_of_requests_after_alpha_drops() {
         learner.observe(&route(), &obs);
     }
     let at = switched_at.expect("never left the strategy whose α collapsed");
-    eprintln!("left suffix {at} requests after its α dropped; suffix in {suffix_late} of the last 40");
+    eprintln!(
+        "left suffix {at} requests after its α dropped; suffix in {suffix_late} of the last 40"
+    );
     assert!(at <= 30, "took {at} requests to react");
     assert!(
         suffix_late <= 4,

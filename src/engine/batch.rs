@@ -166,6 +166,9 @@ impl Engine {
         metrics::histogram!("specgate_batch_tokens").record(batch_tokens as f64);
         metrics::histogram!("specgate_batch_sequences").record(work.len() as f64);
         metrics::histogram!("specgate_step_seconds").record(pass.as_secs_f64());
+        if let Ok(mut costs) = self.status.step_costs.lock() {
+            costs.observe(batch_tokens, pass.as_secs_f64());
+        }
         self.status.steps.fetch_add(1, Ordering::Relaxed);
         let out = match result {
             Ok(out) => out,

@@ -10,10 +10,10 @@
 mod batch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use specgate_policies::{Load, SpecPlan, WorkloadClass};
+use specgate_policies::{Load, SpecPlan, StepCosts, WorkloadClass};
 use specgate_strategies::{SpecStats, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -124,6 +124,15 @@ pub struct EngineStatus {
     pub queued: AtomicUsize,
     pub kv_bytes: AtomicUsize,
     pub steps: AtomicU64,
+    /// Step time against batch tokens, for the policy's cost model.
+    pub step_costs: Mutex<StepCosts>,
+}
+
+impl EngineStatus {
+    /// The fitted step cost (t0, t1), once the engine has run steps of two sizes.
+    pub fn step_fit(&self) -> Option<(f64, f64)> {
+        self.step_costs.lock().ok()?.fit()
+    }
 }
 
 /// Occupancy: busy sequences (live and waiting) over the batch slots.

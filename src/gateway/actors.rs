@@ -15,7 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use specgate_policies::{default_plan, k_under_load, SpecPlan};
+use std::sync::atomic::Ordering;
+
+use specgate_policies::{
+    default_plan, k_under_load, Constraints, Learner, LoadView, Observation, RouteKey, SpecPlan,
+};
 use specgate_strategies::{
     NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache, SuffixDrafter,
 };
@@ -37,6 +41,44 @@ pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
 pub struct Router {
     pub engine: EngineHandle,
     pub available: Vec<StrategyKind>,
+    pub learner: Learner,
+}
+
+impl Router {
+    pub fn new(engine: EngineHandle, available: Vec<StrategyKind>) -> Self {
+        Self {
+            engine,
+            available,
+            learner: Learner::default(),
+        }
+    }
+
+    /// A route's constraints: until admins edit policies, every lookup strategy (and the
+    /// separate draft model when there is one), k 1…8, exploring.
+    fn constraints(&self) -> Constraints {
+        Constraints {
+            speculation: true,
+            allowed: self
+                .available
+                .iter()
+                .copied()
+                .filter(|s| s.is_lookup() || *s == StrategyKind::Draft)
+                .collect(),
+            k_min: 1,
+            k_max: 8,
+            explore: true,
+        }
+    }
+
+    /// The load as the cost model sees it: every busy sequence plus this one.
+    fn load_view(&self) -> LoadView {
+        let status = self.engine.status();
+        let busy = status.live.load(Ordering::Relaxed) + status.queued.load(Ordering::Relaxed);
+        LoadView {
+            sequences: busy + 1,
+            step: status.step_fit(),
+        }
+    }
 }
 
 impl Actor for Router {
@@ -55,16 +97,26 @@ impl Handler<PlanFor> for Router {
     type Result = Result<SpecPlan, ApiError>;
 
     fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
-        let base = default_plan(msg.route.class);
-        let mut plan = match msg.speculation {
+        let route = RouteKey {
+            tenant: msg.route.tenant.clone(),
+            class: msg.route.class,
+        };
+        let plan = match msg.speculation {
             SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
-            SpecOverride::Default => base,
-            SpecOverride::Use { strategy, k } => SpecPlan {
-                strategy: strategy.unwrap_or(base.strategy),
-                k: k.unwrap_or(base.k),
-                // A client that fixes k gets that k (load permitting), every round.
-                adaptive: k.is_none(),
-            },
+            SpecOverride::Default => {
+                let (limits, load) = (self.constraints(), self.load_view());
+                self.learner
+                    .choose(&route, &limits, &load, &mut rand::rng())
+            }
+            SpecOverride::Use { strategy, k } => {
+                let base = default_plan(msg.route.class);
+                SpecPlan {
+                    strategy: strategy.unwrap_or(base.strategy),
+                    k: k.unwrap_or(base.k),
+                    // A client that fixes k gets that k (load permitting), every round.
+                    adaptive: k.is_none(),
+                }
+            }
         };
         if !self.available.contains(&plan.strategy) {
             return Err(ApiError::invalid(
@@ -72,16 +124,45 @@ impl Handler<PlanFor> for Router {
                 format!("strategy {} is not available on this server", plan.strategy),
             ));
         }
-        // Above the threshold nothing speculates: start plain (no drafter state to build).
-        // Below it the engine shapes k every step from the occupancy of that moment.
+        // Above the occupancy threshold nothing speculates: start plain. Below it the engine
+        // shapes k every step from the occupancy of that moment.
         let off_at = self.engine.config().spec_off_occupancy;
-        if k_under_load(plan.k, self.engine.load(), off_at) == 0 {
-            plan = SpecPlan::PLAIN;
-        }
-        if plan.strategy == StrategyKind::Plain {
-            plan.k = 0;
+        if plan.strategy == StrategyKind::Plain
+            || k_under_load(plan.k, self.engine.load(), off_at) == 0
+        {
+            return Ok(SpecPlan::PLAIN);
         }
         Ok(plan)
+    }
+}
+
+/// What a finished request measured, for the route's learner.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Observe {
+    pub route: RouteLabels,
+    pub summary: Summary,
+}
+
+impl Handler<Observe> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: Observe, _: &mut Context<Self>) {
+        let route = RouteKey {
+            tenant: msg.route.tenant,
+            class: msg.route.class,
+        };
+        let s = &msg.summary;
+        let obs = Observation {
+            strategy: s.plan.strategy,
+            rounds: s.stats.rounds,
+            drafted: s.stats.drafted,
+            accepted: s.stats.accepted,
+            judged: s.stats.verified,
+            draft_secs: s.stats.draft_time.as_secs_f64(),
+            verify_secs: s.stats.verify_time.as_secs_f64(),
+        };
+        self.learner.observe(&route, &obs);
     }
 }
 
@@ -372,6 +453,10 @@ impl StreamHandler<Event> for RequestActor {
             }
             Event::Done(summary) => {
                 self.finished = true;
+                self.router.do_send(Observe {
+                    route: self.route.clone(),
+                    summary: summary.clone(),
+                });
                 let labels = self.labels();
                 metrics::histogram!("specgate_e2e_request_latency_seconds", &labels)
                     .record(self.started.elapsed().as_secs_f64());

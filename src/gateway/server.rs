@@ -98,11 +98,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .iter()
         .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned()).start()))
         .collect();
-    let router = Router {
-        engine: engine.clone(),
-        available,
-    }
-    .start();
+    let router = Router::new(engine.clone(), available).start();
     let db = sled::open(&cfg.db)?;
     let tenants = TenantStore::open(&db)?;
     let state = web::Data::new(AppState {
