@@ -27,6 +27,8 @@ pub enum ServeError {
     DraftModel(#[from] DraftModelError),
     #[error("opening the store: {0}")]
     Store(#[from] sled::Error),
+    #[error("migrating the store: {0}")]
+    Migration(#[from] specgate_migrations::MigrationError),
     #[error("opening the tenant store: {0}")]
     Tenants(#[from] TenantError),
     #[error("metrics: {0}")]
@@ -70,6 +72,9 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
 /// Serve until SIGINT or SIGTERM. Prints `specgate listening on http://ADDR` once bound (with
 /// `--port 0` that is how a caller learns the port).
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
+    // The store first: a store this build cannot read should fail before the model loads.
+    let db = sled::open(&cfg.db)?;
+    specgate_migrations::migrate(&db)?;
     let metrics = install_metrics()?;
     let lm = LoadedModel::load(&cfg.model)?;
     let tokenizer = Arc::clone(&lm.tokenizer);
@@ -99,7 +104,6 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned()).start()))
         .collect();
     let router = Router::new(engine.clone(), available).start();
-    let db = sled::open(&cfg.db)?;
     let tenants = TenantStore::open(&db)?;
     let state = web::Data::new(AppState {
         engine,

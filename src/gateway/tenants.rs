@@ -7,6 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+use specgate_migrations::tenant_key;
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +71,7 @@ pub struct TenantStore {
     db: sled::Db,
     tenants: sled::Tree,
     keys: sled::Tree,
+    by_tenant: sled::Tree, // tenant ␀ key id → (), schema version 2
 }
 
 fn now() -> u64 {
@@ -101,6 +105,7 @@ impl TenantStore {
             db: db.clone(),
             tenants: db.open_tree("tenants")?,
             keys: db.open_tree("api_keys")?,
+            by_tenant: db.open_tree("tenant_keys")?,
         })
     }
 
@@ -141,7 +146,18 @@ impl TenantStore {
             created: now(),
             revoked: None,
         };
-        self.keys.insert(id.as_bytes(), encode(&record)?)?;
+        let encoded = encode(&record)?;
+        let index = tenant_key(tenant, &id);
+        (&self.keys, &self.by_tenant)
+            .transaction(|(keys, by_tenant)| {
+                keys.insert(id.as_bytes(), encoded.as_slice())?;
+                by_tenant.insert(index.as_slice(), &[] as &[u8])?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(e) => TenantError::Store(e),
+                TransactionError::Abort(()) => TenantError::Corrupt("aborted".into()),
+            })?;
         self.db.flush()?;
         Ok(IssuedKey {
             tenant: tenant.to_string(),
@@ -174,10 +190,10 @@ impl TenantStore {
             id: id.to_string(),
         };
         let bytes = self.keys.get(id.as_bytes())?.ok_or_else(missing)?;
-        let mut record: KeyRecord = decode(&bytes)?;
-        if record.tenant != tenant {
+        if !self.by_tenant.contains_key(tenant_key(tenant, id))? {
             return Err(missing());
         }
+        let mut record: KeyRecord = decode(&bytes)?;
         record.revoked.get_or_insert_with(now);
         self.keys.insert(id.as_bytes(), encode(&record)?)?;
         self.db.flush()?;
@@ -216,6 +232,7 @@ mod tests {
 
     fn store() -> TenantStore {
         let db = sled::Config::new().temporary(true).open().unwrap();
+        specgate_migrations::migrate(&db).unwrap();
         TenantStore::open(&db).unwrap()
     }
 
