@@ -11,6 +11,7 @@ pub mod engine;
 pub mod fetch;
 pub mod gateway;
 pub mod generate;
+pub mod history;
 pub mod loaded;
 pub mod loadgen;
 pub mod model;

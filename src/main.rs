@@ -139,6 +139,9 @@ struct ServeArgs {
     /// HTTP worker threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// How often finished requests' history is written to the store, in ms.
+    #[arg(long, default_value_t = 1000)]
+    history_flush_ms: u64,
 }
 
 #[derive(Args)]
@@ -327,6 +330,7 @@ fn run_serve(args: ServeArgs) -> Result<()> {
         default_max_tokens: args.default_max_tokens,
         body_limit: args.body_limit,
         workers: args.workers,
+        history_flush_ms: args.history_flush_ms,
     };
     actix_web::rt::System::new().block_on(specgate::gateway::serve(cfg))?;
     Ok(())

@@ -27,10 +27,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::api::SpecOverride;
 use super::error::ApiError;
+use super::history_writer::{HistoryWriter, Record};
 use crate::engine::{
     EngineHandle, Event, RequestId, RouteLabels, Submission, SubmitError, Summary,
 };
 use crate::generate::GenerateParams;
+use crate::history::{HistoryKey, HistoryRecord, LatencyHistogram};
 use crate::model_drafter::{ModelDrafter, SharedModel};
 use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
 use specgate_strategies::TokenId;
@@ -252,6 +254,15 @@ pub struct Job {
     pub speculation: SpecOverride,
 }
 
+/// The actors and the engine a request talks to.
+#[derive(Clone)]
+pub struct Services {
+    pub engine: EngineHandle,
+    pub router: Addr<Router>,
+    pub strategies: Strategies,
+    pub history: Addr<HistoryWriter>,
+}
+
 pub struct RequestActor {
     id: RequestId,
     job: Option<Job>,
@@ -259,10 +270,13 @@ pub struct RequestActor {
     engine: EngineHandle,
     router: Addr<Router>,
     strategies: Strategies,
+    history: Addr<HistoryWriter>,
     admitted: Option<oneshot::Sender<Result<SpecPlan, ApiError>>>,
     out: mpsc::UnboundedSender<Outgoing>,
     started: Instant,
     last_token: Option<(Instant, usize)>,
+    ttft: LatencyHistogram,
+    itl: LatencyHistogram,
     finished: bool,
 }
 
@@ -271,9 +285,7 @@ impl RequestActor {
     /// the returned receiver yields its text and its end.
     pub fn launch(
         job: Job,
-        engine: EngineHandle,
-        router: Addr<Router>,
-        strategies: Strategies,
+        services: &Services,
     ) -> (
         oneshot::Receiver<Result<SpecPlan, ApiError>>,
         mpsc::UnboundedReceiver<Outgoing>,
@@ -281,16 +293,19 @@ impl RequestActor {
         let (admit_tx, admit_rx) = oneshot::channel();
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let actor = RequestActor {
-            id: engine.next_request_id(),
+            id: services.engine.next_request_id(),
             route: job.route.clone(),
             job: Some(job),
-            engine,
-            router,
-            strategies,
+            engine: services.engine.clone(),
+            router: services.router.clone(),
+            strategies: Arc::clone(&services.strategies),
+            history: services.history.clone(),
             admitted: Some(admit_tx),
             out: out_tx,
             started: Instant::now(),
             last_token: None,
+            ttft: LatencyHistogram::default(),
+            itl: LatencyHistogram::default(),
             finished: false,
         };
         actor.start();
@@ -409,6 +424,39 @@ impl Actor for RequestActor {
     }
 }
 
+impl RequestActor {
+    /// This request as a history record in its minute bucket.
+    fn history_record(&self, s: &Summary) -> Record {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let key = HistoryKey::minute(
+            &self.route.tenant,
+            self.route.class,
+            s.plan.strategy,
+            s.plan.k,
+            now,
+        );
+        let record = HistoryRecord {
+            requests: 1,
+            prompt_tokens: s.prompt_tokens as u64,
+            tokens_out: s.completion_tokens as u64,
+            target_passes: 1 + s.stats.rounds,
+            rounds: s.stats.rounds,
+            drafted: s.stats.drafted,
+            accepted: s.stats.accepted,
+            judged: s.stats.verified,
+            accepted_per_pos: s.stats.accepted_per_pos.clone(),
+            draft_secs: s.stats.draft_time.as_secs_f64(),
+            verify_secs: s.stats.verify_time.as_secs_f64(),
+            e2e_secs: self.started.elapsed().as_secs_f64(),
+            ttft: self.ttft.clone(),
+            itl: self.itl.clone(),
+        };
+        Record { key, record }
+    }
+}
+
 fn log_drafter_unavailable(why: &str) {
     eprintln!("specgate: drafter unavailable, running plain: {why}");
 }
@@ -426,8 +474,9 @@ impl RequestActor {
         let labels = self.labels();
         match self.last_token {
             None if generated > 0 => {
-                metrics::histogram!("specgate_time_to_first_token_seconds", &labels)
-                    .record((now - self.started).as_secs_f64());
+                let secs = (now - self.started).as_secs_f64();
+                metrics::histogram!("specgate_time_to_first_token_seconds", &labels).record(secs);
+                self.ttft.record(secs);
             }
             Some((at, before)) if generated > before => {
                 // A round commits several tokens at once: each is charged its share.
@@ -436,6 +485,7 @@ impl RequestActor {
                 for _ in 0..n {
                     metrics::histogram!("specgate_inter_token_latency_seconds", &labels)
                         .record(each);
+                    self.itl.record(each);
                 }
             }
             _ => return,
@@ -457,6 +507,7 @@ impl StreamHandler<Event> for RequestActor {
                     route: self.route.clone(),
                     summary: summary.clone(),
                 });
+                self.history.do_send(self.history_record(&summary));
                 let labels = self.labels();
                 metrics::histogram!("specgate_e2e_request_latency_seconds", &labels)
                     .record(self.started.elapsed().as_secs_f64());

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use actix::Addr;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
@@ -16,7 +15,7 @@ use specgate_policies::classify;
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
-use super::actors::{Job, Outgoing, RequestActor, Router, Strategies};
+use super::actors::{Job, Outgoing, RequestActor, Services};
 use super::api::{parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestLimits};
 use super::error::ApiError;
 use super::responses::{self, Endpoint, ResponseMeta};
@@ -29,9 +28,9 @@ use crate::tokenizer::Tokenizer;
 /// Everything the handlers share.
 pub struct AppState {
     pub engine: EngineHandle,
-    pub router: Addr<Router>,
-    pub strategies: Strategies,
+    pub services: Services,
     pub tenants: TenantStore,
+    pub history: sled::Tree,
     pub tokenizer: Arc<Tokenizer>,
     pub limits: RequestLimits,
     pub admin_token: Option<String>,
@@ -49,6 +48,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/health", web::get().to(health))
         .route("/ready", web::get().to(ready))
         .route("/metrics", web::get().to(metrics_text))
+        .route(
+            "/v1/analytics/routes",
+            web::get().to(super::analytics::routes),
+        )
         .route("/admin/v1/tenants", web::post().to(create_tenant))
         .route("/admin/v1/tenants", web::get().to(list_tenants))
         .route("/admin/v1/tenants/{name}/keys", web::post().to(add_key))
@@ -73,7 +76,7 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn bearer(req: &HttpRequest) -> Option<&str> {
+pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
     req.headers()
         .get(header::AUTHORIZATION)?
         .to_str()
@@ -91,7 +94,7 @@ fn store_error(e: TenantError) -> ApiError {
     }
 }
 
-fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String, ApiError> {
+pub(super) fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String, ApiError> {
     let key = bearer(req).ok_or_else(|| {
         ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`")
     })?;
@@ -102,7 +105,7 @@ fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String, ApiError>
         .ok_or_else(|| ApiError::unauthorized("invalid API key"))
 }
 
-fn authorize_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
+pub(super) fn authorize_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
     let Some(token) = state.admin_token.as_deref() else {
         return Err(ApiError::forbidden(
             "the admin API is disabled: no admin token is set",
@@ -220,12 +223,7 @@ async fn respond(
         model: state.limits.model_id.clone(),
         endpoint,
     };
-    let (admitted, out) = RequestActor::launch(
-        job,
-        state.engine.clone(),
-        state.router.clone(),
-        Arc::clone(&state.strategies),
-    );
+    let (admitted, out) = RequestActor::launch(job, &state.services);
     admitted
         .await
         .map_err(|_| ApiError::internal("the request actor stopped before admitting"))??;

@@ -1,9 +1,11 @@
 //! The gateway: an OpenAI-compatible HTTP API over one shared engine, for many tenants.
 
 pub mod actors;
+pub mod analytics;
 pub mod api;
 pub mod error;
 pub mod handlers;
+pub mod history_writer;
 pub mod responses;
 pub mod server;
 pub mod tenants;

@@ -11,9 +11,12 @@ use actix_web::{web, App, HttpServer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use specgate_strategies::StrategyKind;
 
-use super::actors::{Router, StrategyActor};
+use std::time::Duration;
+
+use super::actors::{Router, Services, StrategyActor};
 use super::api::RequestLimits;
 use super::handlers::{self, AppState};
+use super::history_writer::{Flush, HistoryWriter};
 use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::loaded::{LoadError, LoadedModel};
@@ -51,6 +54,8 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     pub body_limit: usize,
     pub workers: usize,
+    /// How often finished requests' history is written (a crash loses at most this much).
+    pub history_flush_ms: u64,
 }
 
 const SECONDS: [f64; 16] = [
@@ -104,12 +109,24 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned()).start()))
         .collect();
     let router = Router::new(engine.clone(), available).start();
+    let history = HistoryWriter::new(
+        &db,
+        Duration::from_millis(cfg.history_flush_ms.max(10)),
+        Duration::from_secs(24 * 3600),
+    )?
+    .start();
+    let services = Services {
+        engine: engine.clone(),
+        router,
+        strategies: Arc::new(strategies),
+        history: history.clone(),
+    };
     let tenants = TenantStore::open(&db)?;
     let state = web::Data::new(AppState {
         engine,
-        router,
-        strategies: Arc::new(strategies),
+        services,
         tenants,
+        history: db.open_tree("history")?,
         tokenizer,
         limits: RequestLimits {
             model_id,
@@ -140,6 +157,10 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     }
     std::io::stdout().flush()?;
     server.run().await?;
+    // Stopped by a signal: what the writer still holds goes to disk before we exit.
+    if let Ok(Err(e)) = history.send(Flush).await {
+        eprintln!("specgate: final history flush failed: {e}");
+    }
     db.flush()?;
     Ok(())
 }

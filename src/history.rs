@@ -1,0 +1,373 @@
+//! Per-route history: what requests of a route measured, aggregated per strategy, k and time
+//! bucket (minutes, rolled up into hours past a window). Pure: keys, records, merging and the
+//! analytics rows; the writer actor and the HTTP handler only move these around.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use specgate_policies::WorkloadClass;
+use specgate_strategies::StrategyKind;
+
+/// Upper bounds of the latency buckets, in milliseconds (the last is open).
+pub const LATENCY_BOUNDS_MS: [f64; 19] = [
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0, 500.0,
+    1000.0, 2000.0, 5000.0, 10000.0,
+];
+
+/// A fixed-bucket latency histogram: mergeable, and good enough for p50/p95.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    pub counts: Vec<u64>, // LATENCY_BOUNDS_MS.len() + 1
+}
+
+impl LatencyHistogram {
+    pub fn record(&mut self, secs: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; LATENCY_BOUNDS_MS.len() + 1];
+        }
+        let ms = secs * 1e3;
+        let i = LATENCY_BOUNDS_MS
+            .iter()
+            .position(|&b| ms <= b)
+            .unwrap_or(LATENCY_BOUNDS_MS.len());
+        self.counts[i] += 1;
+    }
+
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The upper bound (ms) of the bucket holding quantile `q`; None when empty. The open
+    /// bucket reports the last bound.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(LATENCY_BOUNDS_MS[i.min(LATENCY_BOUNDS_MS.len() - 1)]);
+            }
+        }
+        None
+    }
+}
+
+/// Totals of the requests in one bucket.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub tokens_out: u64,
+    pub target_passes: u64,
+    pub rounds: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub judged: u64,
+    pub accepted_per_pos: Vec<u64>,
+    pub draft_secs: f64,
+    pub verify_secs: f64,
+    pub e2e_secs: f64,
+    pub ttft: LatencyHistogram,
+    pub itl: LatencyHistogram,
+}
+
+impl HistoryRecord {
+    pub fn merge(&mut self, o: &HistoryRecord) {
+        self.requests += o.requests;
+        self.prompt_tokens += o.prompt_tokens;
+        self.tokens_out += o.tokens_out;
+        self.target_passes += o.target_passes;
+        self.rounds += o.rounds;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+        self.judged += o.judged;
+        if self.accepted_per_pos.len() < o.accepted_per_pos.len() {
+            self.accepted_per_pos.resize(o.accepted_per_pos.len(), 0);
+        }
+        for (a, b) in self.accepted_per_pos.iter_mut().zip(&o.accepted_per_pos) {
+            *a += b;
+        }
+        self.draft_secs += o.draft_secs;
+        self.verify_secs += o.verify_secs;
+        self.e2e_secs += o.e2e_secs;
+        self.ttft.merge(&o.ttft);
+        self.itl.merge(&o.itl);
+    }
+}
+
+/// Bucket granularity in the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Granularity {
+    Minute,
+    Hour,
+}
+
+/// Where a record lives: route, strategy, k and bucket start (unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HistoryKey {
+    pub tenant: String,
+    pub class: WorkloadClass,
+    pub strategy: StrategyKind,
+    pub k: u8,
+    pub granularity: Granularity,
+    pub start: u64,
+}
+
+impl HistoryKey {
+    /// The minute bucket holding `at` (unix seconds).
+    pub fn minute(
+        tenant: &str,
+        class: WorkloadClass,
+        strategy: StrategyKind,
+        k: usize,
+        at: u64,
+    ) -> Self {
+        Self {
+            tenant: tenant.to_string(),
+            class,
+            strategy,
+            k: k.min(255) as u8,
+            granularity: Granularity::Minute,
+            start: at - at % 60,
+        }
+    }
+
+    /// `tenant ␀ class ␀ strategy ␀ k g start`: a tenant's records are one prefix scan.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = tenant_prefix(&self.tenant);
+        for part in [self.class.name(), self.strategy.name()] {
+            out.extend_from_slice(part.as_bytes());
+            out.push(0);
+        }
+        out.push(self.k);
+        out.push(match self.granularity {
+            Granularity::Minute => b'm',
+            Granularity::Hour => b'h',
+        });
+        out.extend_from_slice(&self.start.to_be_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut parts = bytes.splitn(4, |&b| b == 0);
+        let tenant = std::str::from_utf8(parts.next()?).ok()?.to_string();
+        let class = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+        let strategy = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+        let rest = parts.next()?;
+        let (&k, rest) = rest.split_first()?;
+        let (&g, rest) = rest.split_first()?;
+        let granularity = match g {
+            b'm' => Granularity::Minute,
+            b'h' => Granularity::Hour,
+            _ => return None,
+        };
+        let start = u64::from_be_bytes(rest.try_into().ok()?);
+        Some(Self {
+            tenant,
+            class,
+            strategy,
+            k,
+            granularity,
+            start,
+        })
+    }
+}
+
+/// The key prefix of every record of a tenant.
+pub fn tenant_prefix(tenant: &str) -> Vec<u8> {
+    let mut out = tenant.as_bytes().to_vec();
+    out.push(0);
+    out
+}
+
+/// One analytics row: a route's traffic in one bucket, all strategies together.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RouteRow {
+    pub tenant: String,
+    pub class: String,
+    pub bucket_start: u64,
+    pub requests: u64,
+    pub tokens_out: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub target_passes: u64,
+    pub acceptance_rate: f64,
+    pub mean_accepted_length: f64,
+    pub tokens_per_pass: f64,
+    pub tokens_per_second: f64,
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p95_ms: Option<f64>,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p95_ms: Option<f64>,
+    /// Requests per "strategy:k".
+    pub strategy_mix: BTreeMap<String, u64>,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Group records into rows per (tenant, class, bucket of `bucket_secs`).
+pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> Vec<RouteRow> {
+    let bucket_secs = bucket_secs.max(60);
+    // (tenant, class, bucket) → totals and requests per "strategy:k".
+    type Group = (HistoryRecord, BTreeMap<String, u64>);
+    let mut groups: BTreeMap<(String, WorkloadClass, u64), Group> = BTreeMap::new();
+    for (key, rec) in records {
+        let start = key.start - key.start % bucket_secs;
+        let g = groups
+            .entry((key.tenant.clone(), key.class, start))
+            .or_default();
+        g.0.merge(rec);
+        *g.1.entry(format!("{}:{}", key.strategy, key.k))
+            .or_default() += rec.requests;
+    }
+    groups
+        .into_iter()
+        .map(|((tenant, class, start), (r, mix))| RouteRow {
+            tenant,
+            class: class.name().to_string(),
+            bucket_start: start,
+            requests: r.requests,
+            tokens_out: r.tokens_out,
+            drafted: r.drafted,
+            accepted: r.accepted,
+            target_passes: r.target_passes,
+            acceptance_rate: ratio(r.accepted as f64, r.drafted as f64),
+            mean_accepted_length: 1.0 + ratio(r.accepted as f64, r.rounds as f64),
+            tokens_per_pass: ratio(r.tokens_out as f64, r.target_passes as f64),
+            tokens_per_second: ratio(r.tokens_out as f64, r.e2e_secs),
+            ttft_p50_ms: r.ttft.quantile_ms(0.5),
+            ttft_p95_ms: r.ttft.quantile_ms(0.95),
+            itl_p50_ms: r.itl.quantile_ms(0.5),
+            itl_p95_ms: r.itl.quantile_ms(0.95),
+            strategy_mix: mix,
+        })
+        .collect()
+}
+
+/// Rows as CSV (the mix as `strategy:k=n` joined by spaces).
+pub fn rows_csv(rows: &[RouteRow]) -> String {
+    let mut out = String::from(
+        "tenant,class,bucket_start,requests,tokens_out,drafted,accepted,target_passes,\
+         acceptance_rate,mean_accepted_length,tokens_per_pass,tokens_per_second,\
+         ttft_p50_ms,ttft_p95_ms,itl_p50_ms,itl_p95_ms,strategy_mix\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
+    for r in rows {
+        let mix: Vec<String> = r
+            .strategy_mix
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out += &format!(
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{}\n",
+            r.tenant,
+            r.class,
+            r.bucket_start,
+            r.requests,
+            r.tokens_out,
+            r.drafted,
+            r.accepted,
+            r.target_passes,
+            r.acceptance_rate,
+            r.mean_accepted_length,
+            r.tokens_per_pass,
+            r.tokens_per_second,
+            opt(r.ttft_p50_ms),
+            opt(r.ttft_p95_ms),
+            opt(r.itl_p50_ms),
+            opt(r.itl_p95_ms),
+            mix.join(" ")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_sort_by_tenant() {
+        let k = HistoryKey::minute(
+            "acme",
+            WorkloadClass::Rag,
+            StrategyKind::EarlyExit,
+            4,
+            3_725,
+        );
+        assert_eq!(k.start, 3_720);
+        assert_eq!(HistoryKey::decode(&k.encode()), Some(k.clone()));
+        assert!(k.encode().starts_with(&tenant_prefix("acme")));
+        assert!(!k.encode().starts_with(&tenant_prefix("acm")));
+        assert_eq!(HistoryKey::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn histograms_merge_and_give_quantiles() {
+        let mut a = LatencyHistogram::default();
+        for ms in [3.0, 12.0, 12.0, 18.0] {
+            a.record(ms / 1e3);
+        }
+        let mut b = LatencyHistogram::default();
+        b.record(0.450);
+        a.merge(&b);
+        assert_eq!(a.total(), 5);
+        assert_eq!(a.quantile_ms(0.5), Some(15.0));
+        assert_eq!(a.quantile_ms(0.95), Some(500.0));
+        assert_eq!(LatencyHistogram::default().quantile_ms(0.5), None);
+    }
+
+    #[test]
+    fn rows_group_strategies_of_a_route_and_bucket() {
+        let rec = |requests, drafted, accepted| HistoryRecord {
+            requests,
+            drafted,
+            accepted,
+            rounds: 10,
+            tokens_out: 30,
+            target_passes: 11,
+            e2e_secs: 1.5,
+            ..Default::default()
+        };
+        let records = vec![
+            (
+                HistoryKey::minute("a", WorkloadClass::Rag, StrategyKind::Ngram, 3, 60),
+                rec(1, 30, 15),
+            ),
+            (
+                HistoryKey::minute("a", WorkloadClass::Rag, StrategyKind::Suffix, 6, 120),
+                rec(2, 60, 45),
+            ),
+            (
+                HistoryKey::minute("a", WorkloadClass::Chat, StrategyKind::Plain, 0, 60),
+                rec(1, 0, 0),
+            ),
+        ];
+        let rows = route_rows(&records, 3600);
+        assert_eq!(rows.len(), 2);
+        let rag = rows.iter().find(|r| r.class == "rag").unwrap();
+        assert_eq!((rag.requests, rag.drafted, rag.accepted), (3, 90, 60));
+        assert!((rag.acceptance_rate - 60.0 / 90.0).abs() < 1e-12);
+        assert_eq!(rag.strategy_mix.get("suffix:6"), Some(&2));
+        assert!(rows_csv(&rows).lines().count() == 3);
+    }
+}
