@@ -16,6 +16,8 @@ pub mod loaded;
 pub mod loadgen;
 pub mod model;
 pub mod model_drafter;
+pub mod policy_io;
+pub mod policy_store;
 pub mod prompts;
 pub mod sequence;
 pub mod stop;

@@ -39,10 +39,32 @@ enum Command {
         #[arg(long)]
         dest: Option<PathBuf>,
     },
+    /// Routing policies as TOML files (the server must be stopped: the store is locked).
+    Policy {
+        #[command(subcommand)]
+        which: PolicyCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Write every stored policy to DIR/default/<class>.toml and DIR/tenants/<t>/<class>.toml.
+    Export {
+        #[arg(long, default_value = "data/specgate.db")]
+        db: PathBuf,
+        #[arg(long, default_value = "policies-export")]
+        out: PathBuf,
+    },
+    /// Store the policies in DIR (same layout) as new versions; all or nothing.
+    Import {
+        #[arg(long, default_value = "data/specgate.db")]
+        db: PathBuf,
+        dir: PathBuf,
     },
 }
 
@@ -336,9 +358,29 @@ fn run_serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+fn run_policy(which: PolicyCommand) -> Result<()> {
+    let open = |db: &PathBuf| -> Result<specgate::policy_store::PolicyStore> {
+        let db = sled::open(db).with_context(|| format!("opening {}", db.display()))?;
+        specgate_migrations::migrate(&db)?;
+        Ok(specgate::policy_store::PolicyStore::open(&db)?)
+    };
+    match which {
+        PolicyCommand::Export { db, out } => {
+            let n = specgate::policy_io::export(&open(&db)?, &out)?;
+            println!("exported {n} policies to {}", out.display());
+        }
+        PolicyCommand::Import { db, dir } => {
+            let n = specgate::policy_io::import(&open(&db)?, &dir, "specgate policy import")?;
+            println!("imported {n} policies from {}", dir.display());
+        }
+    }
+    Ok(())
+}
+
 fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => run_serve(args),
+        Command::Policy { which } => run_policy(which),
         Command::Loadgen(args) => {
             let cfg = specgate::loadgen::LoadgenConfig {
                 url: args.url.trim_end_matches('/').to_string(),

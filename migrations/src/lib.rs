@@ -11,7 +11,8 @@
 //!   this layout and no version: they are taken as version 0 and gain version 1.
 //! - 2 (`m0002_keys_by_tenant`): `tenant_keys` (tenant ␀ key id → empty), an index that lets
 //!   a tenant's keys be listed and revoked without scanning every key; built from
-//!   `api_keys`. `history` (per route, strategy, k and time bucket) and `policies` start
+//!   `api_keys`. `history` (per route, strategy, k and time bucket), `policies` (tenant ␀
+//!   class → current policy) and `policy_history` (tenant ␀ class ␀ version → change) start
 //!   empty at this version.
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
@@ -118,6 +119,7 @@ fn m0002_keys_by_tenant(db: &sled::Db) -> Result<(), MigrationError> {
     let index = db.open_tree("tenant_keys")?;
     db.open_tree("history")?;
     db.open_tree("policies")?;
+    db.open_tree("policy_history")?;
     let mut entries = Vec::new();
     for item in keys.iter() {
         let (id, record) = item?;

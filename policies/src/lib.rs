@@ -5,10 +5,12 @@ pub mod adaptive_k;
 pub mod cost;
 pub mod learner;
 pub mod plan;
+pub mod policy;
 pub mod workload;
 
 pub use adaptive_k::{expected_speedup, AdaptiveK};
 pub use cost::{LoadView, StepCosts};
 pub use learner::{Constraints, Learner, Observation, RouteKey};
 pub use plan::{default_plan, k_under_load, Load, SpecPlan};
+pub use policy::{default_policy, PolicyError, RoutePolicy, ANY_TENANT};
 pub use workload::{classify, UnknownWorkload, WorkloadClass};

@@ -34,6 +34,7 @@ use crate::engine::{
 use crate::generate::GenerateParams;
 use crate::history::{HistoryKey, HistoryRecord, LatencyHistogram};
 use crate::model_drafter::{ModelDrafter, SharedModel};
+use crate::policy_store::PolicyStore;
 use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
 use specgate_strategies::TokenId;
 
@@ -44,32 +45,24 @@ pub struct Router {
     pub engine: EngineHandle,
     pub available: Vec<StrategyKind>,
     pub learner: Learner,
+    pub policies: PolicyStore,
 }
 
 impl Router {
-    pub fn new(engine: EngineHandle, available: Vec<StrategyKind>) -> Self {
+    pub fn new(engine: EngineHandle, available: Vec<StrategyKind>, policies: PolicyStore) -> Self {
         Self {
             engine,
             available,
             learner: Learner::default(),
+            policies,
         }
     }
 
-    /// A route's constraints: until admins edit policies, every lookup strategy (and the
-    /// separate draft model when there is one), k 1…8, exploring.
-    fn constraints(&self) -> Constraints {
-        Constraints {
-            speculation: true,
-            allowed: self
-                .available
-                .iter()
-                .copied()
-                .filter(|s| s.is_lookup() || *s == StrategyKind::Draft)
-                .collect(),
-            k_min: 1,
-            k_max: 8,
-            explore: true,
-        }
+    /// A route's constraints: its effective policy (read per request, so an admin's edit
+    /// applies to the next request), limited to what this server runs.
+    fn constraints(&self, route: &RouteKey) -> Constraints {
+        let (policy, _) = self.policies.effective(&route.tenant, route.class);
+        policy.constraints(&self.available)
     }
 
     /// The load as the cost model sees it: every busy sequence plus this one.
@@ -106,15 +99,33 @@ impl Handler<PlanFor> for Router {
         let plan = match msg.speculation {
             SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
             SpecOverride::Default => {
-                let (limits, load) = (self.constraints(), self.load_view());
+                let (limits, load) = (self.constraints(&route), self.load_view());
                 self.learner
                     .choose(&route, &limits, &load, &mut rand::rng())
             }
             SpecOverride::Use { strategy, k } => {
+                // Within what the route's policy allows: speculation off stays off.
+                let limits = self.constraints(&route);
+                if !limits.speculation {
+                    return Ok(SpecPlan::PLAIN);
+                }
                 let base = default_plan(msg.route.class);
+                let strategy = strategy.unwrap_or(base.strategy);
+                if !self.available.contains(&strategy) {
+                    return Err(ApiError::invalid(
+                        Some("speculation.strategy"),
+                        format!("strategy {strategy} is not available on this server"),
+                    ));
+                }
+                if strategy != StrategyKind::Plain && !limits.allowed.contains(&strategy) {
+                    return Err(ApiError::forbidden(format!(
+                        "strategy {strategy} is not allowed for this route by its policy"
+                    ))
+                    .with_param("speculation.strategy"));
+                }
                 SpecPlan {
-                    strategy: strategy.unwrap_or(base.strategy),
-                    k: k.unwrap_or(base.k),
+                    strategy,
+                    k: k.unwrap_or(base.k).clamp(limits.k_min, limits.k_max),
                     // A client that fixes k gets that k (load permitting), every round.
                     adaptive: k.is_none(),
                 }

@@ -23,6 +23,7 @@ use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineHandle, RouteLabels};
 use crate::generate::GenerateParams;
 use crate::loaded::chat_prompt;
+use crate::policy_store::PolicyStore;
 use crate::tokenizer::Tokenizer;
 
 /// Everything the handlers share.
@@ -30,6 +31,7 @@ pub struct AppState {
     pub engine: EngineHandle,
     pub services: Services,
     pub tenants: TenantStore,
+    pub policies: PolicyStore,
     pub history: sled::Tree,
     pub tokenizer: Arc<Tokenizer>,
     pub limits: RequestLimits,
@@ -42,6 +44,7 @@ pub struct AppState {
 pub type State = web::Data<AppState>;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    super::policies_api::routes(cfg);
     cfg.route("/v1/chat/completions", web::post().to(chat_completions))
         .route("/v1/completions", web::post().to(completions))
         .route("/v1/models", web::get().to(models))
@@ -105,6 +108,7 @@ pub(super) fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String
         .ok_or_else(|| ApiError::unauthorized("invalid API key"))
 }
 
+/// The admin token: 401 without one or with a wrong one, 403 with a tenant's key.
 pub(super) fn authorize_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
     let Some(token) = state.admin_token.as_deref() else {
         return Err(ApiError::forbidden(
@@ -113,14 +117,16 @@ pub(super) fn authorize_admin(state: &AppState, req: &HttpRequest) -> Result<(),
     };
     let presented = bearer(req).ok_or_else(|| ApiError::unauthorized("missing admin token"))?;
     if bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized("invalid admin token"))
+        return Ok(());
+    }
+    match state.tenants.authenticate(presented) {
+        Ok(Some(_)) => Err(ApiError::forbidden("a tenant key cannot use the admin API")),
+        _ => Err(ApiError::unauthorized("invalid admin token")),
     }
 }
 
 /// The body, refused with 413 past the limit (before any of it is parsed).
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::invalid(None, format!("reading the body: {e}")))?;

@@ -21,6 +21,7 @@ use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::loaded::{LoadError, LoadedModel};
 use crate::model_drafter::{DraftModelError, ModelDrafter};
+use crate::policy_store::PolicyStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -32,6 +33,8 @@ pub enum ServeError {
     Store(#[from] sled::Error),
     #[error("migrating the store: {0}")]
     Migration(#[from] specgate_migrations::MigrationError),
+    #[error("policies: {0}")]
+    Policies(#[from] crate::policy_store::PolicyStoreError),
     #[error("opening the tenant store: {0}")]
     Tenants(#[from] TenantError),
     #[error("metrics: {0}")]
@@ -108,7 +111,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .iter()
         .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned()).start()))
         .collect();
-    let router = Router::new(engine.clone(), available).start();
+    let policies = PolicyStore::open(&db)?;
+    policies.seed_defaults()?;
+    let router = Router::new(engine.clone(), available, policies.clone()).start();
     let history = HistoryWriter::new(
         &db,
         Duration::from_millis(cfg.history_flush_ms.max(10)),
@@ -126,6 +131,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         engine,
         services,
         tenants,
+        policies,
         history: db.open_tree("history")?,
         tokenizer,
         limits: RequestLimits {

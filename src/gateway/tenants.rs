@@ -124,6 +124,10 @@ impl TenantStore {
         self.issue(name)
     }
 
+    pub fn exists(&self, name: &str) -> Result<bool, TenantError> {
+        Ok(self.tenants.contains_key(name)?)
+    }
+
     /// Another key for an existing tenant.
     pub fn add_key(&self, name: &str) -> Result<IssuedKey, TenantError> {
         if self.tenants.get(name)?.is_none() {

@@ -13,20 +13,27 @@ pub struct Server {
     child: Child,
     pub base: String,
     pub model_id: String,
-    _db: tempfile::TempDir,
+    _db: Option<tempfile::TempDir>,
 }
 
 impl Server {
-    /// Start with extra `serve` flags; waits until it answers /ready.
+    /// Start with extra `serve` flags and a store of its own; waits until it answers /ready.
     pub fn start(extra: &[&str]) -> Server {
         let db = tempfile::tempdir().expect("temp dir");
+        let mut s = Self::start_in(db.path(), extra);
+        s._db = Some(db);
+        s
+    }
+
+    /// Start on the store under `dir` (kept when the server goes: restarts reuse it).
+    pub fn start_in(dir: &std::path::Path, extra: &[&str]) -> Server {
         let model = super::model_path();
         let mut child = Command::new(env!("CARGO_BIN_EXE_specgate"))
             .arg("serve")
             .arg("--model")
             .arg(&model)
             .arg("--db")
-            .arg(db.path().join("store"))
+            .arg(dir.join("store"))
             .args(["--port", "0", "--admin-token", ADMIN])
             .args(extra)
             .stdout(Stdio::piped())
@@ -48,7 +55,7 @@ impl Server {
             child,
             base,
             model_id,
-            _db: db,
+            _db: None,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         while ureq::get(&server.url("/ready")).call().is_err() {
@@ -121,6 +128,14 @@ impl Server {
             .filter(|(n, _)| *n == name)
             .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
             .sum()
+    }
+}
+
+impl Server {
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill_9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

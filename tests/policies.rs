@@ -1,0 +1,175 @@
+//! Routing policies through the admin API: validated, versioned, applied to the next request,
+//! and still there after `kill -9`.
+
+mod common;
+
+use common::server::{Server, ADMIN};
+use serde_json::{json, Value};
+
+fn admin(s: &Server, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+    let req = ureq::request(method, &s.url(path))
+        .set("Authorization", &format!("Bearer {token}"))
+        .set("X-Admin-User", "alice");
+    let r = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    match r {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn policy(allowed: &[&str], k: usize) -> Value {
+    json!({"speculation": true, "allowed": allowed, "k_min": k, "k_max": k,
+           "explore": false, "shadow_rate": 0.0})
+}
+
+fn chat(s: &Server, key: &str, extra: Value) -> (u16, Value) {
+    let mut body = json!({"model": s.model_id, "messages": [{"role": "user", "content": "Say hello."}],
+                          "max_tokens": 8, "temperature": 0, "workload": "chat"});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    s.post("/v1/chat/completions", key, &body)
+}
+
+#[test]
+fn policies_are_validated_versioned_applied_to_the_next_request_and_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_in(dir.path(), &[]);
+    let key = s.tenant("acme");
+    let path = "/admin/v1/policies/acme/chat";
+
+    // Who may call it.
+    assert_eq!(admin(&s, "GET", path, "", None).0, 401);
+    assert_eq!(admin(&s, "GET", path, "wrong", None).0, 401);
+    assert_eq!(
+        admin(&s, "GET", path, &key, None).0,
+        403,
+        "a tenant key is not the admin's"
+    );
+
+    // The shipped default applies until the tenant has its own.
+    let (status, v) = admin(&s, "GET", path, ADMIN, None);
+    assert_eq!(
+        (status, v["source"].as_str()),
+        (200, Some("all_tenants")),
+        "{v}"
+    );
+
+    // Bad policies get the reason; bad routes are refused.
+    let bad = [
+        (
+            json!({"speculation": true, "allowed": ["ngram"], "k_min": 4, "k_max": 2, "explore": true, "shadow_rate": 0}),
+            "greater than",
+        ),
+        (
+            json!({"speculation": true, "allowed": ["warp"], "k_min": 1, "k_max": 2, "explore": true, "shadow_rate": 0}),
+            "unknown strategy",
+        ),
+        (
+            json!({"speculation": true, "allowed": [], "k_min": 1, "k_max": 2, "explore": true, "shadow_rate": 0}),
+            "no drafting",
+        ),
+        (json!({"speculation": true}), "missing field"),
+    ];
+    for (body, why) in bad {
+        let (status, v) = admin(&s, "PUT", path, ADMIN, Some(body));
+        assert_eq!(status, 400, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(why),
+            "{v} should say {why}"
+        );
+    }
+    assert_eq!(
+        admin(
+            &s,
+            "PUT",
+            "/admin/v1/policies/acme/poetry",
+            ADMIN,
+            Some(policy(&["ngram"], 2))
+        )
+        .0,
+        400
+    );
+    assert_eq!(
+        admin(
+            &s,
+            "PUT",
+            "/admin/v1/policies/ghost/chat",
+            ADMIN,
+            Some(policy(&["ngram"], 2))
+        )
+        .0,
+        404
+    );
+
+    // An edit changes the plan of the very next request.
+    let (status, v) = admin(&s, "PUT", path, ADMIN, Some(policy(&["ngram"], 2)));
+    assert_eq!((status, v["version"].as_u64()), (200, Some(1)), "{v}");
+    let (_, r) = chat(&s, &key, json!({}));
+    assert_eq!(r["usage"]["speculative"]["strategy"], "ngram", "{r}");
+    assert_eq!(r["usage"]["speculative"]["k"], 2);
+    admin(&s, "PUT", path, ADMIN, Some(policy(&["suffix"], 3)));
+    let (_, r) = chat(&s, &key, json!({}));
+    assert_eq!(
+        (
+            r["usage"]["speculative"]["strategy"].as_str(),
+            r["usage"]["speculative"]["k"].as_u64()
+        ),
+        (Some("suffix"), Some(3))
+    );
+    // A client may not override into what its policy forbids.
+    let (status, v) = chat(&s, &key, json!({"speculation": {"strategy": "ngram"}}));
+    assert_eq!(
+        (status, v["error"]["type"].as_str()),
+        (403, Some("permission_error")),
+        "{v}"
+    );
+    // Speculation off by policy wins over a request that asks for it.
+    admin(
+        &s,
+        "PUT",
+        path,
+        ADMIN,
+        Some(
+            json!({"speculation": false, "allowed": [], "k_min": 0, "k_max": 0, "explore": false, "shadow_rate": 0}),
+        ),
+    );
+    let (_, r) = chat(
+        &s,
+        &key,
+        json!({"speculation": {"strategy": "suffix", "k": 4}}),
+    );
+    assert_eq!(r["usage"]["speculative"]["strategy"], "plain");
+
+    let (_, h) = admin(&s, "GET", &format!("{path}/history"), ADMIN, None);
+    let versions: Vec<(u64, &str)> = h["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["version"].as_u64().unwrap(), v["by"].as_str().unwrap()))
+        .collect();
+    assert_eq!(versions, vec![(1, "alice"), (2, "alice"), (3, "alice")]);
+
+    // kill -9 right after an acknowledged edit: it is there after the restart.
+    let (status, _) = admin(&s, "PUT", path, ADMIN, Some(policy(&["ngram"], 5)));
+    assert_eq!(status, 200);
+    s.kill_9();
+    let s = Server::start_in(dir.path(), &[]);
+    let (_, v) = admin(&s, "GET", path, ADMIN, None);
+    assert_eq!(
+        (v["source"].as_str(), v["version"].as_u64()),
+        (Some("tenant"), Some(4)),
+        "{v}"
+    );
+    assert_eq!(v["policy"]["k_max"], 5);
+    let (status, _) = admin(&s, "DELETE", path, ADMIN, None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        admin(&s, "GET", path, ADMIN, None).1["source"],
+        "all_tenants"
+    );
+}
