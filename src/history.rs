@@ -82,6 +82,11 @@ pub struct HistoryRecord {
     pub e2e_secs: f64,
     pub ttft: LatencyHistogram,
     pub itl: LatencyHistogram,
+    /// Shadow checks run on the route's requests, and how many found a real mismatch.
+    #[serde(default)]
+    pub shadow_checks: u64,
+    #[serde(default)]
+    pub shadow_mismatches: u64,
 }
 
 impl HistoryRecord {
@@ -105,6 +110,8 @@ impl HistoryRecord {
         self.e2e_secs += o.e2e_secs;
         self.ttft.merge(&o.ttft);
         self.itl.merge(&o.itl);
+        self.shadow_checks += o.shadow_checks;
+        self.shadow_mismatches += o.shadow_mismatches;
     }
 }
 
@@ -212,6 +219,8 @@ pub struct RouteRow {
     pub ttft_p95_ms: Option<f64>,
     pub itl_p50_ms: Option<f64>,
     pub itl_p95_ms: Option<f64>,
+    pub shadow_checks: u64,
+    pub shadow_mismatches: u64,
     /// Requests per "strategy:k".
     pub strategy_mix: BTreeMap<String, u64>,
 }
@@ -258,6 +267,8 @@ pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> 
             ttft_p95_ms: r.ttft.quantile_ms(0.95),
             itl_p50_ms: r.itl.quantile_ms(0.5),
             itl_p95_ms: r.itl.quantile_ms(0.95),
+            shadow_checks: r.shadow_checks,
+            shadow_mismatches: r.shadow_mismatches,
             strategy_mix: mix,
         })
         .collect()
@@ -268,7 +279,8 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
     let mut out = String::from(
         "tenant,class,bucket_start,requests,tokens_out,drafted,accepted,target_passes,\
          acceptance_rate,mean_accepted_length,tokens_per_pass,tokens_per_second,\
-         ttft_p50_ms,ttft_p95_ms,itl_p50_ms,itl_p95_ms,strategy_mix\n",
+         ttft_p50_ms,ttft_p95_ms,itl_p50_ms,itl_p95_ms,shadow_checks,shadow_mismatches,\
+         strategy_mix\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
     for r in rows {
@@ -278,7 +290,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out += &format!(
-            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{}\n",
             r.tenant,
             r.class,
             r.bucket_start,
@@ -295,6 +307,8 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             opt(r.ttft_p95_ms),
             opt(r.itl_p50_ms),
             opt(r.itl_p95_ms),
+            r.shadow_checks,
+            r.shadow_mismatches,
             mix.join(" ")
         );
     }

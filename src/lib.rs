@@ -20,6 +20,7 @@ pub mod policy_io;
 pub mod policy_store;
 pub mod prompts;
 pub mod sequence;
+pub mod shadow;
 pub mod stop;
 pub mod strategy;
 pub mod telemetry;

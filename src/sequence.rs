@@ -49,6 +49,8 @@ pub struct SequenceState {
     rng: ChaCha8Rng,
     controller: Option<AdaptiveK>,
     pub stats: SpecStats,
+    /// Top-2 logit gap of the row each committed token came from (shadow checks only).
+    gaps: Option<Vec<f32>>,
 }
 
 impl SequenceState {
@@ -70,7 +72,19 @@ impl SequenceState {
                 .adaptive_k
                 .then(|| AdaptiveK::new(params.max_draft_tokens, 0.5)),
             stats: SpecStats::default(),
+            gaps: None,
         }
+    }
+
+    /// Record the top-2 logit gap behind every committed token: a shadow check uses it to
+    /// tell a numerical tie from a real divergence.
+    pub fn track_gaps(&mut self) {
+        self.gaps = Some(Vec::new());
+    }
+
+    /// The recorded gaps, one per committed token (EOS included), when tracked.
+    pub fn gaps(&self) -> &[f32] {
+        self.gaps.as_deref().unwrap_or_default()
     }
 
     pub fn prompt(&self) -> &[TokenId] {
@@ -99,6 +113,9 @@ impl SequenceState {
     /// it releases.
     pub fn start(&mut self, last_row: &[f32], tok: &Tokenizer) -> Result<String, GenerateError> {
         let first = self.params.sampling.sample(last_row, &mut self.rng);
+        if let Some(g) = self.gaps.as_mut() {
+            g.push(top2_gap(last_row));
+        }
         if self.finish.is_some() {
             return Ok(String::new());
         }
@@ -163,6 +180,9 @@ impl SequenceState {
         }
         let mut committed = draft.tokens[..verdict.accepted].to_vec();
         committed.push(verdict.next);
+        if let Some(g) = self.gaps.as_mut() {
+            g.extend((0..committed.len()).map(|j| top2_gap(&rows[j * vocab..(j + 1) * vocab])));
+        }
         let released = self.commit(&committed, tok)?;
         if self.finish.is_some() {
             // Stopped inside the round: accepted drafts past the end leave the cache too.
@@ -264,4 +284,18 @@ fn propose_checked(
             Draft::empty()
         }
     }
+}
+
+/// The difference between the two largest logits of a row ([vocab]).
+pub fn top2_gap(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in row {
+        if x > a {
+            b = a;
+            a = x;
+        } else if x > b {
+            b = x;
+        }
+    }
+    a - b
 }

@@ -63,6 +63,7 @@ fn submission(
             class: WorkloadClass::Chat,
         },
         events: tx,
+        shadow: false,
     };
     (sub, rx)
 }

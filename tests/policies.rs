@@ -173,3 +173,51 @@ fn policies_are_validated_versioned_applied_to_the_next_request_and_survive_kill
         "all_tenants"
     );
 }
+
+#[test]
+fn shadow_checks_compare_speculative_answers_with_plain_decoding() {
+    let s = Server::start(&["--history-flush-ms", "100"]);
+    let key = s.tenant("acme");
+    let path = "/admin/v1/policies/acme/code_edit";
+    let mut p = policy(&["suffix"], 4);
+    p["shadow_rate"] = json!(1.0);
+    assert_eq!(admin(&s, "PUT", path, ADMIN, Some(p)).0, 200);
+    let prompt = "Rename x to n and return the code:\n```python\ndef f(x):\n    y = x + 1\n    return y\n```";
+    let mut checked = 0;
+    for _ in 0..3 {
+        let body = json!({"model": s.model_id, "messages": [{"role": "user", "content": prompt}],
+                          "max_tokens": 32, "temperature": 0, "workload": "code_edit"});
+        let (status, v) = s.post("/v1/chat/completions", &key, &body);
+        assert_eq!(status, 200, "{v}");
+        checked += usize::from(v["usage"]["speculative"]["drafted"].as_u64().unwrap() > 0);
+    }
+    assert!(checked > 0, "no request drafted anything: nothing to check");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.metric("specgate_shadow_checks_total") < checked as f64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "shadow checks did not finish"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Exactness holds: every check matched (or met a tie), none disabled the strategy.
+    let (_, a) = {
+        let r = ureq::get(&s.url("/v1/analytics/routes?tenant=acme&bucket=day"))
+            .set("Authorization", &format!("Bearer {ADMIN}"))
+            .call()
+            .unwrap();
+        (r.status(), r.into_json::<Value>().unwrap())
+    };
+    let rows = a["data"].as_array().unwrap();
+    let checks: u64 = rows
+        .iter()
+        .map(|r| r["shadow_checks"].as_u64().unwrap())
+        .sum();
+    let mismatches: u64 = rows
+        .iter()
+        .map(|r| r["shadow_mismatches"].as_u64().unwrap())
+        .sum();
+    assert_eq!((checks, mismatches), (checked as u64, 0), "{a}");
+    let (_, v) = admin(&s, "GET", path, ADMIN, None);
+    assert_eq!(v["version"], 1, "no shadow check rewrote the policy: {v}");
+}

@@ -118,7 +118,9 @@ impl Engine {
     /// Free a slot and its cache.
     fn retire(&mut self, i: usize) {
         let live = self.live.swap_remove(i);
-        crate::telemetry::record_spec(&live.sub.route, &live.sub.plan, &live.state.stats);
+        if !live.sub.shadow {
+            crate::telemetry::record_spec(&live.sub.route, &live.sub.plan, &live.state.stats);
+        }
         self.lm.model.release(live.state.seq);
         self.reserved -= live.reserved;
     }
@@ -230,7 +232,10 @@ impl Engine {
                 continue;
             }
             let seq = self.lm.model.new_sequence();
-            let state = SequenceState::new(seq, &sub.prompt, &sub.params);
+            let mut state = SequenceState::new(seq, &sub.prompt, &sub.params);
+            if sub.shadow {
+                state.track_gaps();
+            }
             self.reserved += reserve;
             self.live.push(Live {
                 sub,
@@ -319,6 +324,8 @@ impl Engine {
             plan: l.sub.plan,
             stats: l.state.stats.clone(),
             queued: l.queued,
+            token_ids: l.state.generated().to_vec(),
+            top2_gaps: l.state.gaps().to_vec(),
         };
         let _ = l.sub.events.send(Event::Done(summary));
         true

@@ -74,6 +74,8 @@ pub struct Submission {
     pub drafter: BoxedDrafter,
     pub route: RouteLabels,
     pub events: UnboundedSender<Event>,
+    /// A shadow check: record the top-2 logit gap behind every token (see `shadow.rs`).
+    pub shadow: bool,
 }
 
 /// What the engine tells a request, in order: text pieces, then `Done` or `Failed`.
@@ -99,6 +101,10 @@ pub struct Summary {
     pub stats: SpecStats,
     /// Time waiting for a batch slot.
     pub queued: Duration,
+    /// The generated token ids (EOS excluded).
+    pub token_ids: Vec<TokenId>,
+    /// Shadow checks only: the top-2 logit gap behind each committed token.
+    pub top2_gaps: Vec<f32>,
 }
 
 pub enum Command {

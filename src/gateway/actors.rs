@@ -15,11 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use std::sync::atomic::Ordering;
 
-use specgate_policies::{
-    default_plan, k_under_load, Constraints, Learner, LoadView, Observation, RouteKey, SpecPlan,
-};
+use specgate_policies::SpecPlan;
 use specgate_strategies::{
     NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache, SuffixDrafter,
 };
@@ -28,156 +25,19 @@ use tokio::sync::{mpsc, oneshot};
 use super::api::SpecOverride;
 use super::error::ApiError;
 use super::history_writer::{HistoryWriter, Record};
+use super::router::{Observe, PlanFor, Router};
+use super::shadow_check::{self, ShadowJob};
 use crate::engine::{
     EngineHandle, Event, RequestId, RouteLabels, Submission, SubmitError, Summary,
 };
 use crate::generate::GenerateParams;
 use crate::history::{HistoryKey, HistoryRecord, LatencyHistogram};
 use crate::model_drafter::{ModelDrafter, SharedModel};
-use crate::policy_store::PolicyStore;
 use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
 use specgate_strategies::TokenId;
 
 /// Tokens of earlier requests each tenant's suffix cache keeps.
 pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
-
-pub struct Router {
-    pub engine: EngineHandle,
-    pub available: Vec<StrategyKind>,
-    pub learner: Learner,
-    pub policies: PolicyStore,
-}
-
-impl Router {
-    pub fn new(engine: EngineHandle, available: Vec<StrategyKind>, policies: PolicyStore) -> Self {
-        Self {
-            engine,
-            available,
-            learner: Learner::default(),
-            policies,
-        }
-    }
-
-    /// A route's constraints: its effective policy (read per request, so an admin's edit
-    /// applies to the next request), limited to what this server runs.
-    fn constraints(&self, route: &RouteKey) -> Constraints {
-        let (policy, _) = self.policies.effective(&route.tenant, route.class);
-        policy.constraints(&self.available)
-    }
-
-    /// The load as the cost model sees it: every busy sequence plus this one.
-    fn load_view(&self) -> LoadView {
-        let status = self.engine.status();
-        let busy = status.live.load(Ordering::Relaxed) + status.queued.load(Ordering::Relaxed);
-        LoadView {
-            sequences: busy + 1,
-            step: status.step_fit(),
-        }
-    }
-}
-
-impl Actor for Router {
-    type Context = Context<Self>;
-}
-
-/// Ask for a request's plan.
-#[derive(Message)]
-#[rtype(result = "Result<SpecPlan, ApiError>")]
-pub struct PlanFor {
-    pub route: RouteLabels,
-    pub speculation: SpecOverride,
-}
-
-impl Handler<PlanFor> for Router {
-    type Result = Result<SpecPlan, ApiError>;
-
-    fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
-        let route = RouteKey {
-            tenant: msg.route.tenant.clone(),
-            class: msg.route.class,
-        };
-        let plan = match msg.speculation {
-            SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
-            SpecOverride::Default => {
-                let (limits, load) = (self.constraints(&route), self.load_view());
-                self.learner
-                    .choose(&route, &limits, &load, &mut rand::rng())
-            }
-            SpecOverride::Use { strategy, k } => {
-                // Within what the route's policy allows: speculation off stays off.
-                let limits = self.constraints(&route);
-                if !limits.speculation {
-                    return Ok(SpecPlan::PLAIN);
-                }
-                let base = default_plan(msg.route.class);
-                let strategy = strategy.unwrap_or(base.strategy);
-                if !self.available.contains(&strategy) {
-                    return Err(ApiError::invalid(
-                        Some("speculation.strategy"),
-                        format!("strategy {strategy} is not available on this server"),
-                    ));
-                }
-                if strategy != StrategyKind::Plain && !limits.allowed.contains(&strategy) {
-                    return Err(ApiError::forbidden(format!(
-                        "strategy {strategy} is not allowed for this route by its policy"
-                    ))
-                    .with_param("speculation.strategy"));
-                }
-                SpecPlan {
-                    strategy,
-                    k: k.unwrap_or(base.k).clamp(limits.k_min, limits.k_max),
-                    // A client that fixes k gets that k (load permitting), every round.
-                    adaptive: k.is_none(),
-                }
-            }
-        };
-        if !self.available.contains(&plan.strategy) {
-            return Err(ApiError::invalid(
-                Some("speculation.strategy"),
-                format!("strategy {} is not available on this server", plan.strategy),
-            ));
-        }
-        // Above the occupancy threshold nothing speculates: start plain. Below it the engine
-        // shapes k every step from the occupancy of that moment.
-        let off_at = self.engine.config().spec_off_occupancy;
-        if plan.strategy == StrategyKind::Plain
-            || k_under_load(plan.k, self.engine.load(), off_at) == 0
-        {
-            return Ok(SpecPlan::PLAIN);
-        }
-        Ok(plan)
-    }
-}
-
-/// What a finished request measured, for the route's learner.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Observe {
-    pub route: RouteLabels,
-    pub summary: Summary,
-}
-
-impl Handler<Observe> for Router {
-    type Result = ();
-
-    fn handle(&mut self, msg: Observe, _: &mut Context<Self>) {
-        let route = RouteKey {
-            tenant: msg.route.tenant,
-            class: msg.route.class,
-        };
-        let s = &msg.summary;
-        let obs = Observation {
-            strategy: s.plan.strategy,
-            rounds: s.stats.rounds,
-            drafted: s.stats.drafted,
-            accepted: s.stats.accepted,
-            judged: s.stats.verified,
-            draft_secs: s.stats.draft_time.as_secs_f64(),
-            verify_secs: s.stats.verify_time.as_secs_f64(),
-        };
-        self.learner.observe(&route, &obs);
-    }
-}
 
 /// Owns one strategy's shared state and builds drafters from it.
 pub struct StrategyActor {
@@ -282,6 +142,8 @@ pub struct RequestActor {
     router: Addr<Router>,
     strategies: Strategies,
     history: Addr<HistoryWriter>,
+    /// For a possible shadow check: the prompt and parameters of a greedy request.
+    shadow: Option<(f64, Vec<TokenId>, GenerateParams)>,
     admitted: Option<oneshot::Sender<Result<SpecPlan, ApiError>>>,
     out: mpsc::UnboundedSender<Outgoing>,
     started: Instant,
@@ -311,6 +173,7 @@ impl RequestActor {
             router: services.router.clone(),
             strategies: Arc::clone(&services.strategies),
             history: services.history.clone(),
+            shadow: None,
             admitted: Some(admit_tx),
             out: out_tx,
             started: Instant::now(),
@@ -361,13 +224,14 @@ impl Actor for RequestActor {
         let speculation = job.speculation;
         let seed = job.params.seed;
         let prepare = async move {
-            let plan = router
+            let planned = router
                 .send(PlanFor {
                     route: route.clone(),
                     speculation,
                 })
                 .await
                 .map_err(|e| ApiError::internal(format!("router: {e}")))??;
+            let plan = planned.plan;
             let actor = strategies
                 .get(&plan.strategy)
                 .ok_or_else(|| ApiError::internal(format!("no actor for {}", plan.strategy)))?;
@@ -378,13 +242,17 @@ impl Actor for RequestActor {
                 })
                 .await
                 .map_err(|e| ApiError::internal(format!("strategy actor: {e}")))?;
-            Ok::<_, ApiError>((plan, drafter))
+            Ok::<_, ApiError>((planned, drafter))
         };
         ctx.wait(prepare.into_actor(self).map(move |prepared, act, ctx| {
-            let (plan, drafter) = match prepared {
+            let (planned, drafter) = match prepared {
                 Ok(p) => p,
                 Err(e) => return act.refuse(e, ctx),
             };
+            let plan = planned.plan;
+            if job.params.sampling.is_greedy() && planned.shadow_rate > 0.0 && !plan.is_plain() {
+                act.shadow = Some((planned.shadow_rate, job.prompt.clone(), job.params.clone()));
+            }
             // A drafter that cannot be built costs the request its speculation, not its answer.
             let (plan, drafter) = match drafter {
                 Ok(d) => (plan, d),
@@ -406,6 +274,7 @@ impl Actor for RequestActor {
                 drafter,
                 route: job.route,
                 events: tx,
+                shadow: false,
             };
             if let Err(e) = act.engine.submit(sub) {
                 return act.refuse(submit_error(e), ctx);
@@ -436,6 +305,25 @@ impl Actor for RequestActor {
 }
 
 impl RequestActor {
+    /// With the route's shadow rate, check this greedy speculative answer against plain
+    /// decoding in the background.
+    fn maybe_shadow_check(&mut self, s: &Summary) {
+        let Some((rate, prompt, params)) = self.shadow.take() else {
+            return;
+        };
+        if s.stats.drafted == 0 || rand::random::<f64>() >= rate {
+            return;
+        }
+        let job = ShadowJob {
+            route: self.route.clone(),
+            strategy: s.plan.strategy,
+            prompt,
+            params,
+            speculative: s.token_ids.clone(),
+        };
+        shadow_check::launch(&self.engine, self.router.clone(), job);
+    }
+
     /// This request as a history record in its minute bucket.
     fn history_record(&self, s: &Summary) -> Record {
         let now = std::time::SystemTime::now()
@@ -463,6 +351,7 @@ impl RequestActor {
             e2e_secs: self.started.elapsed().as_secs_f64(),
             ttft: self.ttft.clone(),
             itl: self.itl.clone(),
+            ..Default::default()
         };
         Record { key, record }
     }
@@ -519,6 +408,7 @@ impl StreamHandler<Event> for RequestActor {
                     summary: summary.clone(),
                 });
                 self.history.do_send(self.history_record(&summary));
+                self.maybe_shadow_check(&summary);
                 let labels = self.labels();
                 metrics::histogram!("specgate_e2e_request_latency_seconds", &labels)
                     .record(self.started.elapsed().as_secs_f64());

@@ -8,7 +8,9 @@ pub mod handlers;
 pub mod history_writer;
 pub mod policies_api;
 pub mod responses;
+pub mod router;
 pub mod server;
+pub mod shadow_check;
 pub mod tenants;
 
 pub use server::{serve, ServeConfig, ServeError};

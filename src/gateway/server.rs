@@ -13,10 +13,11 @@ use specgate_strategies::StrategyKind;
 
 use std::time::Duration;
 
-use super::actors::{Router, Services, StrategyActor};
+use super::actors::{Services, StrategyActor};
 use super::api::RequestLimits;
 use super::handlers::{self, AppState};
 use super::history_writer::{Flush, HistoryWriter};
+use super::router::Router;
 use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::loaded::{LoadError, LoadedModel};
@@ -113,13 +114,13 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .collect();
     let policies = PolicyStore::open(&db)?;
     policies.seed_defaults()?;
-    let router = Router::new(engine.clone(), available, policies.clone()).start();
     let history = HistoryWriter::new(
         &db,
         Duration::from_millis(cfg.history_flush_ms.max(10)),
         Duration::from_secs(24 * 3600),
     )?
     .start();
+    let router = Router::new(engine.clone(), available, policies.clone(), history.clone()).start();
     let services = Services {
         engine: engine.clone(),
         router,

@@ -115,7 +115,7 @@ impl Server {
         parse_sse(resp.into_reader())
     }
 
-    /// One sample of a gauge or counter from /metrics (0 when absent).
+    /// A gauge or counter from /metrics, summed over its label sets (0 when absent).
     pub fn metric(&self, name: &str) -> f64 {
         let text = ureq::get(&self.url("/metrics"))
             .call()
@@ -125,7 +125,7 @@ impl Server {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .filter_map(|l| l.split_once(' '))
-            .filter(|(n, _)| *n == name)
+            .filter(|(n, _)| *n == name || n.starts_with(&format!("{name}{{")))
             .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
             .sum()
     }

@@ -1,0 +1,241 @@
+//! The router actor: a plan (strategy, k) per request from the route's policy, the per-route
+//! learner and the engine's load; it learns from finished requests and reacts to shadow
+//! checks.
+
+use std::sync::atomic::Ordering;
+
+use actix::prelude::*;
+use specgate_policies::{
+    default_plan, k_under_load, Constraints, Learner, LoadView, Observation, RouteKey, SpecPlan,
+};
+use specgate_strategies::StrategyKind;
+
+use super::api::SpecOverride;
+use super::error::ApiError;
+use super::history_writer::{HistoryWriter, Record};
+use crate::engine::{EngineHandle, RouteLabels, Summary};
+use crate::history::{HistoryKey, HistoryRecord};
+use crate::policy_store::PolicyStore;
+use crate::shadow::{without_strategy, ShadowOutcome};
+
+pub struct Router {
+    pub engine: EngineHandle,
+    pub available: Vec<StrategyKind>,
+    pub learner: Learner,
+    pub policies: PolicyStore,
+    pub history: Addr<HistoryWriter>,
+}
+
+impl Router {
+    pub fn new(
+        engine: EngineHandle,
+        available: Vec<StrategyKind>,
+        policies: PolicyStore,
+        history: Addr<HistoryWriter>,
+    ) -> Self {
+        Self {
+            engine,
+            available,
+            learner: Learner::default(),
+            policies,
+            history,
+        }
+    }
+
+    /// A route's constraints: its effective policy (read per request, so an admin's edit
+    /// applies to the next request), limited to what this server runs.
+    fn constraints(&self, route: &RouteKey) -> Constraints {
+        let (policy, _) = self.policies.effective(&route.tenant, route.class);
+        policy.constraints(&self.available)
+    }
+
+    /// The load as the cost model sees it: every busy sequence plus this one.
+    fn load_view(&self) -> LoadView {
+        let status = self.engine.status();
+        let busy = status.live.load(Ordering::Relaxed) + status.queued.load(Ordering::Relaxed);
+        LoadView {
+            sequences: busy + 1,
+            step: status.step_fit(),
+        }
+    }
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+/// Ask for a request's plan.
+#[derive(Message)]
+#[rtype(result = "Result<Planned, ApiError>")]
+pub struct PlanFor {
+    pub route: RouteLabels,
+    pub speculation: SpecOverride,
+}
+
+/// A request's plan and the chance that it gets a shadow check.
+#[derive(Debug, Clone, Copy)]
+pub struct Planned {
+    pub plan: SpecPlan,
+    pub shadow_rate: f64,
+}
+
+impl Handler<PlanFor> for Router {
+    type Result = Result<Planned, ApiError>;
+
+    fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
+        let shadow_rate = self
+            .policies
+            .effective(&msg.route.tenant, msg.route.class)
+            .0
+            .shadow_rate;
+        let plan = self.plan(msg)?;
+        Ok(Planned { plan, shadow_rate })
+    }
+}
+
+impl Router {
+    fn plan(&mut self, msg: PlanFor) -> Result<SpecPlan, ApiError> {
+        let route = RouteKey {
+            tenant: msg.route.tenant.clone(),
+            class: msg.route.class,
+        };
+        let plan = match msg.speculation {
+            SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
+            SpecOverride::Default => {
+                let (limits, load) = (self.constraints(&route), self.load_view());
+                self.learner
+                    .choose(&route, &limits, &load, &mut rand::rng())
+            }
+            SpecOverride::Use { strategy, k } => {
+                // Within what the route's policy allows: speculation off stays off.
+                let limits = self.constraints(&route);
+                if !limits.speculation {
+                    return Ok(SpecPlan::PLAIN);
+                }
+                let base = default_plan(msg.route.class);
+                let strategy = strategy.unwrap_or(base.strategy);
+                if !self.available.contains(&strategy) {
+                    return Err(ApiError::invalid(
+                        Some("speculation.strategy"),
+                        format!("strategy {strategy} is not available on this server"),
+                    ));
+                }
+                if strategy != StrategyKind::Plain && !limits.allowed.contains(&strategy) {
+                    return Err(ApiError::forbidden(format!(
+                        "strategy {strategy} is not allowed for this route by its policy"
+                    ))
+                    .with_param("speculation.strategy"));
+                }
+                SpecPlan {
+                    strategy,
+                    k: k.unwrap_or(base.k).clamp(limits.k_min, limits.k_max),
+                    // A client that fixes k gets that k (load permitting), every round.
+                    adaptive: k.is_none(),
+                }
+            }
+        };
+        if !self.available.contains(&plan.strategy) {
+            return Err(ApiError::invalid(
+                Some("speculation.strategy"),
+                format!("strategy {} is not available on this server", plan.strategy),
+            ));
+        }
+        // Above the occupancy threshold nothing speculates: start plain. Below it the engine
+        // shapes k every step from the occupancy of that moment.
+        let off_at = self.engine.config().spec_off_occupancy;
+        if plan.strategy == StrategyKind::Plain
+            || k_under_load(plan.k, self.engine.load(), off_at) == 0
+        {
+            return Ok(SpecPlan::PLAIN);
+        }
+        Ok(plan)
+    }
+}
+
+/// What a finished request measured, for the route's learner.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Observe {
+    pub route: RouteLabels,
+    pub summary: Summary,
+}
+
+impl Handler<Observe> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: Observe, _: &mut Context<Self>) {
+        let route = RouteKey {
+            tenant: msg.route.tenant,
+            class: msg.route.class,
+        };
+        let s = &msg.summary;
+        let obs = Observation {
+            strategy: s.plan.strategy,
+            rounds: s.stats.rounds,
+            drafted: s.stats.drafted,
+            accepted: s.stats.accepted,
+            judged: s.stats.verified,
+            draft_secs: s.stats.draft_time.as_secs_f64(),
+            verify_secs: s.stats.verify_time.as_secs_f64(),
+        };
+        self.learner.observe(&route, &obs);
+    }
+}
+
+/// The outcome of a shadow check of one of the route's requests.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ShadowResult {
+    pub route: RouteLabels,
+    pub strategy: StrategyKind,
+    pub outcome: ShadowOutcome,
+}
+
+impl Handler<ShadowResult> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: ShadowResult, _: &mut Context<Self>) {
+        let (tenant, class) = (msg.route.tenant.clone(), msg.route.class);
+        let label = msg.outcome.label();
+        metrics::counter!(
+            "specgate_shadow_checks_total",
+            "tenant" => tenant.clone(),
+            "class" => class.name(),
+            "strategy" => msg.strategy.name(),
+            "result" => label
+        )
+        .increment(1);
+        let mismatch = matches!(msg.outcome, ShadowOutcome::Mismatch { .. });
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.history.do_send(Record {
+            key: HistoryKey::minute(&tenant, class, msg.strategy, 0, now),
+            record: HistoryRecord {
+                shadow_checks: 1,
+                shadow_mismatches: u64::from(mismatch),
+                ..Default::default()
+            },
+        });
+        if !mismatch {
+            return;
+        }
+        // Not a tie: the strategy produced output plain decoding would not have. Take it
+        // out of the route's policy (a new version, by "shadow check") so no further request
+        // of the route uses it until an admin puts it back.
+        eprintln!(
+            "specgate: shadow check mismatch for {tenant}/{}: strategy {} disabled ({:?})",
+            class.name(),
+            msg.strategy,
+            msg.outcome
+        );
+        let (policy, _) = self.policies.effective(&tenant, class);
+        let safer = without_strategy(&policy, msg.strategy);
+        if let Err(e) = self.policies.put(&tenant, class, safer, "shadow check") {
+            eprintln!(
+                "specgate: could not disable {} for {tenant}: {e}",
+                msg.strategy
+            );
+        }
+    }
+}
