@@ -245,8 +245,11 @@ pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> 
             .entry((key.tenant.clone(), key.class, start))
             .or_default();
         g.0.merge(rec);
-        *g.1.entry(format!("{}:{}", key.strategy, key.k))
-            .or_default() += rec.requests;
+        // Shadow-check records carry no requests: they are not part of the mix.
+        if rec.requests > 0 {
+            *g.1.entry(format!("{}:{}", key.strategy, key.k))
+                .or_default() += rec.requests;
+        }
     }
     groups
         .into_iter()

@@ -51,6 +51,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/health", web::get().to(health))
         .route("/ready", web::get().to(ready))
         .route("/metrics", web::get().to(metrics_text))
+        .route("/dashboard", web::get().to(dashboard))
         .route(
             "/v1/analytics/routes",
             web::get().to(super::analytics::routes),
@@ -338,6 +339,14 @@ async fn models(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError
             "context_length": state.limits.context_length,
         }],
     })))
+}
+
+/// The analyst dashboard: one static page that draws /v1/analytics/routes with the key the
+/// user gives it (in the page, or as `#key=…`, which browsers never send to a server).
+async fn dashboard() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(include_str!("assets/dashboard.html"))
 }
 
 async fn health() -> HttpResponse {
