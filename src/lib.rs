@@ -5,6 +5,7 @@
 //! lives in `specgate-strategies`, compute kernels in `specgate-kernels`.
 
 pub mod bench;
+pub mod bench_policy;
 pub mod bench_spec;
 pub mod chat;
 pub mod engine;

@@ -38,14 +38,25 @@ pub struct LoadgenConfig {
     pub prompt_dir: PathBuf,
 }
 
+/// How a request asks for speculation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecMode {
+    /// The server's plan (the route's policy and learner).
+    Server,
+    Off,
+    /// A fixed strategy and k for every request.
+    Fixed(String, usize),
+}
+
 /// One finished request.
 #[derive(Debug, Clone)]
-struct Sample {
-    class: String,
-    ttft: f64,
+pub(crate) struct Sample {
+    pub class: String,
+    pub ttft: f64,
     /// Mean seconds per output token after the first (TPOT).
-    itl: f64,
-    tokens: usize,
+    pub itl: f64,
+    pub tokens: usize,
+    pub e2e: f64,
 }
 
 /// One level × mode.
@@ -68,7 +79,7 @@ fn http_err(e: ureq::Error) -> LoadgenError {
 }
 
 /// The served model's id, from /v1/models.
-fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
+pub(crate) fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
     if let Some(m) = &cfg.model {
         return Ok(m.clone());
     }
@@ -84,12 +95,12 @@ fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
 }
 
 /// Stream one chat request and time it.
-fn one_request(
+pub(crate) fn one_request(
     cfg: &LoadgenConfig,
     model: &str,
     class: &str,
     prompt: &str,
-    spec: bool,
+    mode: &SpecMode,
 ) -> Result<Sample, LoadgenError> {
     let mut body = json!({
         "model": model,
@@ -100,8 +111,10 @@ fn one_request(
         "stream_options": {"include_usage": true},
         "workload": class,
     });
-    if !spec {
-        body["speculation"] = json!({"enabled": false});
+    match mode {
+        SpecMode::Server => {}
+        SpecMode::Off => body["speculation"] = json!({"enabled": false}),
+        SpecMode::Fixed(strategy, k) => body["speculation"] = json!({"strategy": strategy, "k": k}),
     }
     let start = Instant::now();
     let resp = ureq::post(&format!("{}/v1/chat/completions", cfg.url))
@@ -146,6 +159,7 @@ fn one_request(
         ttft,
         itl,
         tokens,
+        e2e: start.elapsed().as_secs_f64(),
     })
 }
 
@@ -179,7 +193,12 @@ fn run_level(
                     break;
                 }
                 let (class, prompt) = &mix[i % mix.len()];
-                match one_request(cfg, model, class, prompt, spec) {
+                let mode = if spec {
+                    SpecMode::Server
+                } else {
+                    SpecMode::Off
+                };
+                match one_request(cfg, model, class, prompt, &mode) {
                     Ok(s) => samples.lock().unwrap_or_else(|p| p.into_inner()).push(s),
                     Err(e) => {
                         eprintln!("loadgen: request failed: {e}");
@@ -219,13 +238,10 @@ fn summarise(
 }
 
 /// Every level with speculation on, then off; a row for all classes and one per class.
-pub fn loadgen(
-    cfg: &LoadgenConfig,
-    log: &mut dyn std::io::Write,
-) -> Result<Vec<LevelReport>, LoadgenError> {
-    let model = model_id(cfg)?;
-    let sets = load_prompt_sets(&cfg.prompt_dir)?;
-    // Interleave the classes so every level sees the same mix.
+/// The prompt sets as one list of (class, prompt), classes interleaved so every level sees
+/// the same mix.
+pub(crate) fn prompt_mix(dir: &Path) -> Result<Vec<(String, String)>, LoadgenError> {
+    let sets = load_prompt_sets(dir)?;
     let longest = sets.iter().map(|s| s.prompts.len()).max().unwrap_or(0);
     let mix: Vec<(String, String)> = (0..longest)
         .flat_map(|i| {
@@ -236,6 +252,16 @@ pub fn loadgen(
     if mix.is_empty() {
         return Err(LoadgenError::Protocol("no prompts".into()));
     }
+    Ok(mix)
+}
+
+pub fn loadgen(
+    cfg: &LoadgenConfig,
+    log: &mut dyn std::io::Write,
+) -> Result<Vec<LevelReport>, LoadgenError> {
+    let model = model_id(cfg)?;
+    let sets = load_prompt_sets(&cfg.prompt_dir)?;
+    let mix = prompt_mix(&cfg.prompt_dir)?;
     let mut rows = Vec::new();
     for &c in &cfg.concurrency {
         let n = cfg.requests.max(c);

@@ -188,6 +188,16 @@ struct LoadgenArgs {
     /// Where loadgen.md and loadgen.json go (git-ignored).
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    /// Instead: replay the prompt sets one request at a time, comparing the server's learned
+    /// plan with plain decoding and these fixed choices (e.g. ngram:2,suffix:4).
+    #[arg(long, value_delimiter = ',')]
+    compare_fixed: Vec<String>,
+    /// Passes over the prompt sets before measuring (the learner's warm-up).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Measured passes.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 #[derive(Args)]
@@ -391,6 +401,27 @@ fn run() -> Result<()> {
                 max_tokens: args.max_tokens,
                 prompt_dir: args.prompts,
             };
+            if !args.compare_fixed.is_empty() {
+                let mut fixed = Vec::new();
+                for f in &args.compare_fixed {
+                    let (s, k) = f
+                        .split_once(':')
+                        .with_context(|| format!("{f}: expected strategy:k"))?;
+                    fixed.push((s.to_string(), k.parse::<usize>()?));
+                }
+                let rows = specgate::bench_policy::compare(
+                    &cfg,
+                    &fixed,
+                    args.warmup,
+                    args.rounds,
+                    &mut std::io::stderr(),
+                )?;
+                let md = specgate::bench_policy::markdown(&rows);
+                println!("{md}");
+                std::fs::create_dir_all(&args.out)?;
+                std::fs::write(args.out.join("policy.md"), md)?;
+                return Ok(());
+            }
             let rows = specgate::loadgen::loadgen(&cfg, &mut std::io::stderr())?;
             println!("{}", specgate::loadgen::markdown(&rows));
             specgate::loadgen::write_results(&args.out, &rows)?;

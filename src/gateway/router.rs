@@ -42,6 +42,42 @@ impl Router {
         }
     }
 
+    /// Start the learner from the store's recent history (the last `window` seconds), so a
+    /// restart does not forget what each route's strategies accept.
+    pub fn warm_start(&mut self, history: &sled::Tree, window: u64) -> usize {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut seen = 0;
+        for (key, rec) in history.iter().flatten().filter_map(|(k, v)| {
+            let key = HistoryKey::decode(&k)?;
+            let rec: HistoryRecord = serde_json::from_slice(&v).ok()?;
+            Some((key, rec))
+        }) {
+            if key.start + window < now || rec.judged == 0 {
+                continue;
+            }
+            let route = RouteKey {
+                tenant: key.tenant,
+                class: key.class,
+            };
+            self.learner.observe(
+                &route,
+                &Observation {
+                    strategy: key.strategy,
+                    rounds: rec.rounds,
+                    drafted: rec.drafted,
+                    accepted: rec.accepted,
+                    judged: rec.judged,
+                    draft_secs: rec.draft_secs,
+                    verify_secs: rec.verify_secs,
+                },
+            );
+            seen += 1;
+        }
+        seen
+    }
+
     /// A route's constraints: its effective policy (read per request, so an admin's edit
     /// applies to the next request), limited to what this server runs.
     fn constraints(&self, route: &RouteKey) -> Constraints {

@@ -120,7 +120,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         Duration::from_secs(24 * 3600),
     )?
     .start();
-    let router = Router::new(engine.clone(), available, policies.clone(), history.clone()).start();
+    let mut router = Router::new(engine.clone(), available, policies.clone(), history.clone());
+    router.warm_start(&db.open_tree("history")?, 3600);
+    let router = router.start();
     let services = Services {
         engine: engine.clone(),
         router,
