@@ -3,6 +3,7 @@
 //! returns: an acknowledged edit survives a crash. Resolution: the tenant's own policy, else
 //! the `*` (every tenant) policy, else the shipped default of the class.
 
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -56,6 +57,8 @@ pub struct PolicyStore {
     db: sled::Db,
     current: sled::Tree,
     history: sled::Tree,
+    /// Serialises writers: the next version number is read, then written.
+    writing: Arc<Mutex<()>>,
 }
 
 fn route_key(tenant: &str, class: WorkloadClass) -> Vec<u8> {
@@ -88,6 +91,7 @@ impl PolicyStore {
             db: db.clone(),
             current: db.open_tree("policies")?,
             history: db.open_tree("policy_history")?,
+            writing: Arc::new(Mutex::new(())),
         })
     }
 
@@ -150,6 +154,7 @@ impl PolicyStore {
         by: &str,
     ) -> Result<StoredPolicy, PolicyStoreError> {
         policy.validate()?;
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         let version = self.next_version(tenant, class)?;
         let at = now();
         let stored = StoredPolicy {
@@ -179,6 +184,7 @@ impl PolicyStore {
         class: WorkloadClass,
         by: &str,
     ) -> Result<bool, PolicyStoreError> {
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         if self.get(tenant, class)?.is_none() {
             return Ok(false);
         }

@@ -332,25 +332,30 @@ fn a_full_queue_answers_429_with_retry_after() {
     let key = s.tenant("acme");
     let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 48,
                       "temperature": 0});
+    let send = |body: &Value| match ureq::post(&s.url("/v1/completions"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .send_json(body.clone())
+    {
+        Ok(r) => (r.status(), None),
+        Err(ureq::Error::Status(code, r)) => (code, r.header("retry-after").map(str::to_string)),
+        Err(e) => panic!("{e}"),
+    };
     let results: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
-        let hs: Vec<_> = (0..5)
-            .map(|_| {
-                let (s, key, body) = (&s, &key, &body);
-                scope.spawn(move || {
-                    match ureq::post(&s.url("/v1/completions"))
-                        .set("Authorization", &format!("Bearer {key}"))
-                        .send_json(body.clone())
-                    {
-                        Ok(r) => (r.status(), None),
-                        Err(ureq::Error::Status(code, r)) => {
-                            (code, r.header("retry-after").map(str::to_string))
-                        }
-                        Err(e) => panic!("{e}"),
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+        // One long request takes the only slot first...
+        let mut long = body.clone();
+        long["max_tokens"] = json!(160);
+        let send = &send;
+        let first = scope.spawn(move || send(&long));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.metric("specgate_live_sequences") < 1.0 {
+            assert!(Instant::now() < deadline, "the first request never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // ...then four at once: one waits in the queue, the rest are refused.
+        let hs: Vec<_> = (0..4).map(|_| scope.spawn(|| send(&body))).collect();
+        let mut all = vec![first.join().unwrap()];
+        all.extend(hs.into_iter().map(|h| h.join().unwrap()));
+        all
     });
     let ok = results.iter().filter(|r| r.0 == 200).count();
     let limited: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();

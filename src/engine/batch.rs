@@ -336,11 +336,14 @@ impl Engine {
             let _ = l.sub.events.send(Event::Failed(why.to_string()));
             self.lm.model.release(l.state.seq);
         }
+        // Only what this thread took off the queue: submissions still in the channel keep
+        // their count until they are received.
+        let waiting = self.waiting.len();
         for (sub, _) in self.waiting.drain(..) {
             let _ = sub.events.send(Event::Failed(why.to_string()));
         }
         self.reserved = 0;
-        self.status.queued.store(0, Ordering::SeqCst);
+        self.status.queued.fetch_sub(waiting, Ordering::SeqCst);
     }
 
     fn publish(&self) {

@@ -205,14 +205,24 @@ impl EngineHandle {
 
     /// Live plus waiting sequences over the batch slots.
     pub fn load(&self) -> Load {
-        let busy =
-            self.status.live.load(Ordering::Relaxed) + self.status.queued.load(Ordering::Relaxed);
+        let busy = self
+            .status
+            .live
+            .load(Ordering::Relaxed)
+            .saturating_add(self.status.queued.load(Ordering::Relaxed));
         load_of(busy, self.config.max_sequences)
     }
 
     /// KV bytes a request reserves: its prompt, its output and one round of drafts.
     pub fn kv_reservation(&self, prompt: usize, max_tokens: usize, k: usize) -> usize {
         (prompt + max_tokens + k + 1) * self.kv_bytes_per_token
+    }
+
+    /// Whether the engine has room to spare: nothing waiting and at most half the slots
+    /// busy (background work such as shadow checks runs only then).
+    pub fn is_idle_enough(&self) -> bool {
+        self.status.queued.load(Ordering::Relaxed) == 0
+            && self.status.live.load(Ordering::Relaxed) * 2 < self.config.max_sequences
     }
 
     /// Queue a request; refused at once when the queue is full or it could never fit.

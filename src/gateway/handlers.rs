@@ -183,6 +183,9 @@ fn prepare(state: &AppState, tenant: String, r: &GenerationRequest) -> Result<Jo
         .tokenizer
         .encode(&text)
         .map_err(|e| ApiError::invalid(Some(param), e.to_string()))?;
+    if prompt.is_empty() {
+        return Err(ApiError::invalid(Some(param), "the prompt is empty"));
+    }
     let context = state.limits.context_length;
     if prompt.len() + r.max_tokens > context {
         return Err(ApiError::invalid(
@@ -362,10 +365,12 @@ async fn ready(state: State) -> HttpResponse {
     }
 }
 
-async fn metrics_text(state: State) -> HttpResponse {
-    HttpResponse::Ok()
+/// Prometheus text. Series are labelled by tenant, so only the admin token may read them.
+async fn metrics_text(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+        .body(state.metrics.render()))
 }
 
 #[derive(Deserialize)]

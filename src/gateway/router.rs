@@ -88,7 +88,10 @@ impl Router {
     /// The load as the cost model sees it: every busy sequence plus this one.
     fn load_view(&self) -> LoadView {
         let status = self.engine.status();
-        let busy = status.live.load(Ordering::Relaxed) + status.queued.load(Ordering::Relaxed);
+        let busy = status
+            .live
+            .load(Ordering::Relaxed)
+            .saturating_add(status.queued.load(Ordering::Relaxed));
         LoadView {
             sequences: busy + 1,
             step: status.step_fit(),

@@ -21,9 +21,14 @@ pub struct ShadowJob {
     pub speculative: Vec<TokenId>,
 }
 
-/// Start the check in the background. A full queue skips it (and counts it): shadow checks
-/// never take a slot from real traffic.
+/// Start the check in the background. A busy engine skips it (and counts it): shadow checks
+/// run only while nothing waits and at most half the batch slots are in use, so they never
+/// take a slot from real traffic.
 pub fn launch(engine: &EngineHandle, router: Addr<Router>, job: ShadowJob) {
+    if !engine.is_idle_enough() {
+        metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);
+        return;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut params = job.params;
     params.max_draft_tokens = 0;

@@ -118,6 +118,7 @@ impl Server {
     /// A gauge or counter from /metrics, summed over its label sets (0 when absent).
     pub fn metric(&self, name: &str) -> f64 {
         let text = ureq::get(&self.url("/metrics"))
+            .set("Authorization", &format!("Bearer {ADMIN}"))
             .call()
             .expect("metrics")
             .into_string()
