@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+
+mod gateway_cli;
 use serde_json::json;
 use specgate::chat::ChatMessage;
 use specgate::fetch::{default_model_path, ensure_default_model};
@@ -28,11 +30,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API (fetches the default model on first use).
-    Serve(ServeArgs),
+    Serve(gateway_cli::ServeArgs),
     /// Generate text for one prompt, streaming it to stdout.
     Generate(GenerateArgs),
     /// Load a running server with a mix of workload classes, speculation on and off.
-    Loadgen(LoadgenArgs),
+    Loadgen(gateway_cli::LoadgenArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -42,29 +44,12 @@ enum Command {
     /// Routing policies as TOML files (the server must be stopped: the store is locked).
     Policy {
         #[command(subcommand)]
-        which: PolicyCommand,
+        which: gateway_cli::PolicyCommand,
     },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum PolicyCommand {
-    /// Write every stored policy to DIR/default/<class>.toml and DIR/tenants/<t>/<class>.toml.
-    Export {
-        #[arg(long, default_value = "data/specgate.db")]
-        db: PathBuf,
-        #[arg(long, default_value = "policies-export")]
-        out: PathBuf,
-    },
-    /// Store the policies in DIR (same layout) as new versions; all or nothing.
-    Import {
-        #[arg(long, default_value = "data/specgate.db")]
-        db: PathBuf,
-        dir: PathBuf,
     },
 }
 
@@ -110,94 +95,6 @@ enum BenchCommand {
         #[arg(long, default_value = "results")]
         out: PathBuf,
     },
-}
-
-#[derive(Args)]
-struct ServeArgs {
-    /// A llama-architecture GGUF file (default: the fetched SmolLM2-135M-Instruct).
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// The store (tenants, keys).
-    #[arg(long, default_value = "data/specgate.db")]
-    db: PathBuf,
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    /// 0 picks a free port (printed on stdout).
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
-    /// Token for /admin (also SPECGATE_ADMIN_TOKEN); without one the admin API is off.
-    #[arg(long, env = "SPECGATE_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
-    /// A separate draft model (same vocabulary) for the `draft` strategy.
-    #[arg(long)]
-    draft_model: Option<PathBuf>,
-    #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
-    exit_layer: usize,
-    /// Most tokens in one engine step (decode, verify and prefill rows together).
-    #[arg(long, default_value_t = 512)]
-    max_batch_tokens: usize,
-    /// Most prompt tokens of one sequence per step.
-    #[arg(long, default_value_t = 64)]
-    prefill_chunk: usize,
-    /// Batch slots (live sequences).
-    #[arg(long, default_value_t = 16)]
-    max_sequences: usize,
-    /// KV cache memory live sequences may reserve, in MiB.
-    #[arg(long, default_value_t = 1024)]
-    kv_budget_mib: usize,
-    /// Requests that may wait for a slot before 429.
-    #[arg(long, default_value_t = 64)]
-    queue_capacity: usize,
-    /// Occupancy (busy sequences / slots) at which speculation turns off.
-    #[arg(long, default_value_t = 0.5)]
-    spec_off_occupancy: f64,
-    #[arg(long, default_value_t = 2048)]
-    max_tokens_limit: usize,
-    #[arg(long, default_value_t = 256)]
-    default_max_tokens: usize,
-    /// Largest accepted request body, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    body_limit: usize,
-    /// HTTP worker threads.
-    #[arg(long, default_value_t = 2)]
-    workers: usize,
-    /// How often finished requests' history is written to the store, in ms.
-    #[arg(long, default_value_t = 1000)]
-    history_flush_ms: u64,
-}
-
-#[derive(Args)]
-struct LoadgenArgs {
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    url: String,
-    /// A tenant's API key (also SPECGATE_API_KEY).
-    #[arg(long, env = "SPECGATE_API_KEY", hide_env_values = true)]
-    key: String,
-    /// The model id (default: the first of /v1/models).
-    #[arg(long)]
-    model: Option<String>,
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
-    concurrency: Vec<usize>,
-    /// Requests per level and mode (raised to the concurrency when lower).
-    #[arg(long, default_value_t = 16)]
-    requests: usize,
-    #[arg(long, default_value_t = 64)]
-    max_tokens: usize,
-    #[arg(long, default_value = "tests/fixtures/prompts")]
-    prompts: PathBuf,
-    /// Where loadgen.md and loadgen.json go (git-ignored).
-    #[arg(long, default_value = "results")]
-    out: PathBuf,
-    /// Instead: replay the prompt sets one request at a time, comparing the server's learned
-    /// plan with plain decoding and these fixed choices (e.g. ngram:2,suffix:4).
-    #[arg(long, value_delimiter = ',')]
-    compare_fixed: Vec<String>,
-    /// Passes over the prompt sets before measuring (the learner's warm-up).
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    /// Measured passes.
-    #[arg(long, default_value_t = 1)]
-    rounds: usize,
 }
 
 #[derive(Args)]
@@ -341,92 +238,11 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_serve(args: ServeArgs) -> Result<()> {
-    let cfg = specgate::gateway::ServeConfig {
-        model: resolve_model(args.model)?,
-        db: args.db,
-        host: args.host,
-        port: args.port,
-        admin_token: args.admin_token,
-        draft_model: args.draft_model,
-        exit_layer: args.exit_layer,
-        engine: specgate::engine::EngineConfig {
-            max_batch_tokens: args.max_batch_tokens,
-            prefill_chunk: args.prefill_chunk,
-            max_sequences: args.max_sequences,
-            kv_budget_bytes: args.kv_budget_mib << 20,
-            queue_capacity: args.queue_capacity,
-            spec_off_occupancy: args.spec_off_occupancy,
-        },
-        max_tokens_limit: args.max_tokens_limit,
-        default_max_tokens: args.default_max_tokens,
-        body_limit: args.body_limit,
-        workers: args.workers,
-        history_flush_ms: args.history_flush_ms,
-    };
-    actix_web::rt::System::new().block_on(specgate::gateway::serve(cfg))?;
-    Ok(())
-}
-
-fn run_policy(which: PolicyCommand) -> Result<()> {
-    let open = |db: &PathBuf| -> Result<specgate::policy_store::PolicyStore> {
-        let db = sled::open(db).with_context(|| format!("opening {}", db.display()))?;
-        specgate_migrations::migrate(&db)?;
-        Ok(specgate::policy_store::PolicyStore::open(&db)?)
-    };
-    match which {
-        PolicyCommand::Export { db, out } => {
-            let n = specgate::policy_io::export(&open(&db)?, &out)?;
-            println!("exported {n} policies to {}", out.display());
-        }
-        PolicyCommand::Import { db, dir } => {
-            let n = specgate::policy_io::import(&open(&db)?, &dir, "specgate policy import")?;
-            println!("imported {n} policies from {}", dir.display());
-        }
-    }
-    Ok(())
-}
-
 fn run() -> Result<()> {
     match Cli::parse().command {
-        Command::Serve(args) => run_serve(args),
-        Command::Policy { which } => run_policy(which),
-        Command::Loadgen(args) => {
-            let cfg = specgate::loadgen::LoadgenConfig {
-                url: args.url.trim_end_matches('/').to_string(),
-                key: args.key,
-                model: args.model,
-                concurrency: args.concurrency,
-                requests: args.requests,
-                max_tokens: args.max_tokens,
-                prompt_dir: args.prompts,
-            };
-            if !args.compare_fixed.is_empty() {
-                let mut fixed = Vec::new();
-                for f in &args.compare_fixed {
-                    let (s, k) = f
-                        .split_once(':')
-                        .with_context(|| format!("{f}: expected strategy:k"))?;
-                    fixed.push((s.to_string(), k.parse::<usize>()?));
-                }
-                let rows = specgate::bench_policy::compare(
-                    &cfg,
-                    &fixed,
-                    args.warmup,
-                    args.rounds,
-                    &mut std::io::stderr(),
-                )?;
-                let md = specgate::bench_policy::markdown(&rows);
-                println!("{md}");
-                std::fs::create_dir_all(&args.out)?;
-                std::fs::write(args.out.join("policy.md"), md)?;
-                return Ok(());
-            }
-            let rows = specgate::loadgen::loadgen(&cfg, &mut std::io::stderr())?;
-            println!("{}", specgate::loadgen::markdown(&rows));
-            specgate::loadgen::write_results(&args.out, &rows)?;
-            Ok(())
-        }
+        Command::Serve(args) => gateway_cli::run_serve(resolve_model(args.model.clone())?, args),
+        Command::Policy { which } => gateway_cli::run_policy(which),
+        Command::Loadgen(args) => gateway_cli::run_loadgen(args),
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);

@@ -1,25 +1,18 @@
-//! The gateway's actors. They only move messages: the plan comes from `specgate_policies`,
-//! drafting and verification run in the engine thread on `specgate_strategies` code.
-//!
-//! - [`Router`]: the plan (strategy, k) for a route, from the class's default table, the
-//!   client's override and the engine's load.
-//! - [`StrategyActor`], one per strategy kind: owns the drafters' shared state (suffix caches
-//!   per tenant, so one tenant's text never drafts for another; shared draft-model weights)
-//!   and hands each request its own drafter.
-//! - [`RequestActor`], one per request: plan, drafter, submission, then it relays the engine's
-//!   events to the HTTP response, records latency metrics, and cancels the sequence when the
-//!   client goes away.
+//! The request actor, one per request: it asks the router for a plan and a strategy actor
+//! for a drafter, submits the sequence to the engine, relays the engine's events to the HTTP
+//! response, records latency metrics and history, may start a shadow check, and cancels the
+//! sequence when the client goes away. It only moves messages: the plan comes from
+//! `specgate_policies`, drafting and verification run in the engine thread on
+//! `specgate_strategies` code. (The router is in `router.rs`, strategy actors in
+//! `strategy_actor.rs`.)
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
 use specgate_policies::SpecPlan;
-use specgate_strategies::{
-    NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache, SuffixDrafter,
-};
+use specgate_strategies::PlainDrafter;
 use tokio::sync::{mpsc, oneshot};
 
 use super::api::SpecOverride;
@@ -27,87 +20,14 @@ use super::error::ApiError;
 use super::history_writer::{HistoryWriter, Record};
 use super::router::{Observe, PlanFor, Router};
 use super::shadow_check::{self, ShadowJob};
+use super::strategy_actor::{Checkout, Strategies};
 use crate::engine::{
     EngineHandle, Event, RequestId, RouteLabels, Submission, SubmitError, Summary,
 };
 use crate::generate::GenerateParams;
 use crate::history::{HistoryKey, HistoryRecord, LatencyHistogram};
-use crate::model_drafter::{ModelDrafter, SharedModel};
-use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
+use crate::strategy::BoxedDrafter;
 use specgate_strategies::TokenId;
-
-/// Tokens of earlier requests each tenant's suffix cache keeps.
-pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
-
-/// Owns one strategy's shared state and builds drafters from it.
-pub struct StrategyActor {
-    pub kind: StrategyKind,
-    pub draft_model: Option<SharedModel>,
-    suffix_caches: HashMap<String, SharedSuffixCache>,
-}
-
-impl StrategyActor {
-    pub fn new(kind: StrategyKind, draft_model: Option<SharedModel>) -> Self {
-        Self {
-            kind,
-            draft_model,
-            suffix_caches: HashMap::new(),
-        }
-    }
-}
-
-impl Actor for StrategyActor {
-    type Context = Context<Self>;
-}
-
-/// A drafter for one request of `tenant`.
-#[derive(Message)]
-#[rtype(result = "Result<BoxedDrafter, String>")]
-pub struct Checkout {
-    pub tenant: String,
-    pub seed: u64,
-}
-
-impl Handler<Checkout> for StrategyActor {
-    type Result = Result<BoxedDrafter, String>;
-
-    fn handle(&mut self, msg: Checkout, _: &mut Context<Self>) -> Self::Result {
-        Ok(match self.kind {
-            StrategyKind::Plain => Box::new(PlainDrafter),
-            StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => {
-                let cache = self
-                    .suffix_caches
-                    .entry(msg.tenant)
-                    .or_insert_with(|| {
-                        Arc::new(Mutex::new(SuffixCache::new(
-                            SUFFIX_MAX_DEPTH,
-                            SUFFIX_CACHE_TOKENS,
-                        )))
-                    })
-                    .clone();
-                Box::new(SuffixDrafter::new(
-                    SUFFIX_MAX_DEPTH,
-                    SUFFIX_MIN_SCORE,
-                    Some(cache),
-                ))
-            }
-            StrategyKind::Draft | StrategyKind::EarlyExit => {
-                let model = self
-                    .draft_model
-                    .clone()
-                    .ok_or_else(|| format!("no model loaded for strategy {}", self.kind))?;
-                let name = self.kind.name();
-                Box::new(
-                    ModelDrafter::for_sequence(name, model, msg.seed).map_err(|e| e.to_string())?,
-                )
-            }
-        })
-    }
-}
-
-/// The strategy actors by kind.
-pub type Strategies = Arc<HashMap<StrategyKind, Addr<StrategyActor>>>;
 
 /// What a request actor passes on to the HTTP side.
 #[derive(Debug, Clone)]

@@ -9,7 +9,6 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
 use serde_json::json;
 use specgate_policies::classify;
 use subtle::ConstantTimeEq;
@@ -55,14 +54,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route(
             "/v1/analytics/routes",
             web::get().to(super::analytics::routes),
-        )
-        .route("/admin/v1/tenants", web::post().to(create_tenant))
-        .route("/admin/v1/tenants", web::get().to(list_tenants))
-        .route("/admin/v1/tenants/{name}/keys", web::post().to(add_key))
-        .route(
-            "/admin/v1/tenants/{name}/keys/{id}",
-            web::delete().to(revoke_key),
         );
+    super::tenants_api::routes(cfg);
 }
 
 /// Unknown paths and methods, in OpenAI's error format.
@@ -89,7 +82,7 @@ pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
         .map(str::trim)
 }
 
-fn store_error(e: TenantError) -> ApiError {
+pub(super) fn store_error(e: TenantError) -> ApiError {
     match e {
         TenantError::BadName(_) => ApiError::invalid(Some("name"), e.to_string()),
         TenantError::Exists(_) => ApiError::conflict(e.to_string()),
@@ -371,50 +364,4 @@ async fn metrics_text(req: HttpRequest, state: State) -> Result<HttpResponse, Ap
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render()))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewTenant {
-    name: String,
-}
-
-async fn create_tenant(
-    req: HttpRequest,
-    payload: web::Payload,
-    state: State,
-) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let body = read_body(payload, state.body_limit).await?;
-    let t: NewTenant = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
-    let issued = state.tenants.create(&t.name).map_err(store_error)?;
-    Ok(HttpResponse::Created().json(issued))
-}
-
-async fn list_tenants(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let tenants = state.tenants.list().map_err(store_error)?;
-    Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": tenants })))
-}
-
-async fn add_key(
-    req: HttpRequest,
-    path: web::Path<String>,
-    state: State,
-) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let issued = state.tenants.add_key(&path).map_err(store_error)?;
-    Ok(HttpResponse::Created().json(issued))
-}
-
-async fn revoke_key(
-    req: HttpRequest,
-    path: web::Path<(String, String)>,
-    state: State,
-) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let (name, id) = path.into_inner();
-    state.tenants.revoke(&name, &id).map_err(store_error)?;
-    Ok(HttpResponse::Ok().json(json!({ "tenant": name, "key_id": id, "revoked": true })))
 }

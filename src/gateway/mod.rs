@@ -11,6 +11,9 @@ pub mod responses;
 pub mod router;
 pub mod server;
 pub mod shadow_check;
+pub mod strategy_actor;
 pub mod tenants;
+pub mod tenants_api;
+pub mod validate;
 
 pub use server::{serve, ServeConfig, ServeError};

@@ -13,11 +13,12 @@ use specgate_strategies::StrategyKind;
 
 use std::time::Duration;
 
-use super::actors::{Services, StrategyActor};
+use super::actors::Services;
 use super::api::RequestLimits;
 use super::handlers::{self, AppState};
 use super::history_writer::{Flush, HistoryWriter};
 use super::router::Router;
+use super::strategy_actor::StrategyActor;
 use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::loaded::{LoadError, LoadedModel};

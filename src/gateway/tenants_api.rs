@@ -1,0 +1,65 @@
+//! The admin API for tenants and their keys (admin token): create a tenant (its first key is
+//! shown once), list tenants and key ids, add a key, revoke one.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::handlers::{authorize_admin, read_body, store_error, State};
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/admin/v1/tenants", web::post().to(create_tenant))
+        .route("/admin/v1/tenants", web::get().to(list_tenants))
+        .route("/admin/v1/tenants/{name}/keys", web::post().to(add_key))
+        .route(
+            "/admin/v1/tenants/{name}/keys/{id}",
+            web::delete().to(revoke_key),
+        );
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    name: String,
+}
+
+async fn create_tenant(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let body = read_body(payload, state.body_limit).await?;
+    let t: NewTenant = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    let issued = state.tenants.create(&t.name).map_err(store_error)?;
+    Ok(HttpResponse::Created().json(issued))
+}
+
+async fn list_tenants(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let tenants = state.tenants.list().map_err(store_error)?;
+    Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": tenants })))
+}
+
+async fn add_key(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let issued = state.tenants.add_key(&path).map_err(store_error)?;
+    Ok(HttpResponse::Created().json(issued))
+}
+
+async fn revoke_key(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let (name, id) = path.into_inner();
+    state.tenants.revoke(&name, &id).map_err(store_error)?;
+    Ok(HttpResponse::Ok().json(json!({ "tenant": name, "key_id": id, "revoked": true })))
+}

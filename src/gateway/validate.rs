@@ -1,0 +1,270 @@
+//! Validation of the OpenAI request bodies into one [`GenerationRequest`]: every rule with
+//! the parameter it names and the reason, as a 4xx in OpenAI's error format. Pure.
+
+use specgate_policies::WorkloadClass;
+use specgate_strategies::{SamplingParams, StrategyKind};
+
+use super::api::{
+    ChatRequest, CommonFields, CompletionRequest, Content, GenerationRequest, PromptField,
+    RequestLimits, SpecOverride, SpeculationField, StopField,
+};
+use super::error::ApiError;
+use crate::chat::ChatMessage;
+
+impl ChatRequest {
+    pub fn validate(
+        self,
+        limits: &RequestLimits,
+        workload_header: Option<&str>,
+    ) -> Result<GenerationRequest, ApiError> {
+        let messages = self
+            .messages
+            .ok_or_else(|| ApiError::invalid(Some("messages"), "`messages` is required"))?;
+        if messages.is_empty() {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                "`messages` must not be empty",
+            ));
+        }
+        let mut out = Vec::with_capacity(messages.len());
+        for (i, m) in messages.into_iter().enumerate() {
+            let param = format!("messages[{i}]");
+            if !matches!(
+                m.role.as_str(),
+                "system" | "user" | "assistant" | "developer"
+            ) {
+                return Err(ApiError::invalid(
+                    Some(&param),
+                    format!("unsupported role {:?} (system, user, assistant)", m.role),
+                ));
+            }
+            let content = match m.content {
+                Content::Text(t) => t,
+                Content::Parts(parts) => {
+                    let mut text = String::new();
+                    for p in parts {
+                        match (p.kind.as_str(), p.text) {
+                            ("text", Some(t)) => text += &t,
+                            _ => {
+                                return Err(ApiError::invalid(
+                                    Some(&param),
+                                    "only text content parts are supported",
+                                ))
+                            }
+                        }
+                    }
+                    text
+                }
+            };
+            let role = if m.role == "developer" {
+                "system".into()
+            } else {
+                m.role
+            };
+            out.push(ChatMessage { role, content });
+        }
+        let mut req = self.common.validate(limits, workload_header)?;
+        req.messages = Some(out);
+        Ok(req)
+    }
+}
+
+impl CompletionRequest {
+    pub fn validate(
+        self,
+        limits: &RequestLimits,
+        workload_header: Option<&str>,
+    ) -> Result<GenerationRequest, ApiError> {
+        let prompt = match self.prompt {
+            None => return Err(ApiError::invalid(Some("prompt"), "`prompt` is required")),
+            Some(PromptField::One(p)) => p,
+            Some(PromptField::Many(mut v)) if v.len() == 1 => v.remove(0),
+            Some(PromptField::Many(_)) => {
+                return Err(ApiError::invalid(
+                    Some("prompt"),
+                    "exactly one prompt per request is supported",
+                ))
+            }
+        };
+        if prompt.is_empty() {
+            return Err(ApiError::invalid(
+                Some("prompt"),
+                "`prompt` must not be empty",
+            ));
+        }
+        if self.echo == Some(true) {
+            return Err(ApiError::invalid(Some("echo"), "`echo` is not supported"));
+        }
+        if self.best_of.is_some_and(|b| b != 1) {
+            return Err(ApiError::invalid(
+                Some("best_of"),
+                "only best_of = 1 is supported",
+            ));
+        }
+        if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::invalid(
+                Some("suffix"),
+                "`suffix` is not supported",
+            ));
+        }
+        let mut req = self.common.validate(limits, workload_header)?;
+        req.prompt = Some(prompt);
+        Ok(req)
+    }
+}
+
+fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    match v {
+        Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::invalid(
+            Some(param),
+            format!("`{param}` must be between {lo} and {hi}, got {x}"),
+        )),
+        _ => Ok(v),
+    }
+}
+
+impl CommonFields {
+    fn validate(
+        self,
+        limits: &RequestLimits,
+        workload_header: Option<&str>,
+    ) -> Result<GenerationRequest, ApiError> {
+        let model = self
+            .model
+            .ok_or_else(|| ApiError::invalid(Some("model"), "`model` is required"))?;
+        if model != limits.model_id {
+            return Err(ApiError::model_not_found(&model));
+        }
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
+        }
+        for (param, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if v.is_some_and(|x| x != 0.0) {
+                return Err(ApiError::invalid(
+                    Some(param),
+                    format!("`{param}` is not supported"),
+                ));
+            }
+        }
+        if self
+            .logprobs
+            .as_ref()
+            .is_some_and(|v| !(v.is_null() || *v == serde_json::Value::Bool(false)))
+        {
+            return Err(ApiError::invalid(
+                Some("logprobs"),
+                "`logprobs` is not supported",
+            ));
+        }
+        let (param, max) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => ("max_completion_tokens", Some(m)),
+            (None, m) => ("max_tokens", m),
+        };
+        let max_tokens = match max {
+            None => limits.default_max_tokens,
+            Some(m) if m <= 0 => {
+                return Err(ApiError::invalid(
+                    Some(param),
+                    format!("`{param}` must be at least 1"),
+                ))
+            }
+            Some(m) if m as u64 > limits.max_tokens_limit as u64 => {
+                return Err(ApiError::invalid(
+                    Some(param),
+                    format!("`{param}` must be at most {}", limits.max_tokens_limit),
+                ))
+            }
+            Some(m) => m as usize,
+        };
+        let temperature = in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(1.0);
+        let top_p = in_range("top_p", self.top_p, f64::MIN_POSITIVE, 1.0)?.unwrap_or(1.0);
+        let min_p = in_range("min_p", self.min_p, 0.0, 1.0)?.unwrap_or(0.0);
+        let top_k = match self.top_k {
+            None | Some(0) | Some(-1) => 0,
+            Some(k) if k < 0 => {
+                return Err(ApiError::invalid(
+                    Some("top_k"),
+                    "`top_k` must be 0 (off) or positive",
+                ))
+            }
+            Some(k) => k.min(u32::MAX as i64) as usize,
+        };
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(StopField::One(s)) => vec![s],
+            Some(StopField::Many(v)) => v,
+        };
+        if stop.len() > limits.max_stop_strings {
+            return Err(ApiError::invalid(
+                Some("stop"),
+                format!("at most {} stop strings", limits.max_stop_strings),
+            ));
+        }
+        if stop.iter().any(|s| s.len() > limits.max_stop_len) {
+            return Err(ApiError::invalid(
+                Some("stop"),
+                format!("stop strings are at most {} bytes", limits.max_stop_len),
+            ));
+        }
+        let workload = self
+            .workload
+            .as_deref()
+            .or(workload_header)
+            .map(|w| {
+                w.parse::<WorkloadClass>()
+                    .map_err(|e| ApiError::invalid(Some("workload"), e.to_string()))
+            })
+            .transpose()?;
+        let speculation = speculation(self.speculation, limits.max_k)?;
+        let stream = self.stream.unwrap_or(false);
+        let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
+        Ok(GenerationRequest {
+            messages: None,
+            prompt: None,
+            max_tokens,
+            sampling: SamplingParams {
+                temperature: temperature as f32,
+                top_k,
+                top_p: top_p as f32,
+                min_p: min_p as f32,
+            },
+            // A request without a seed still gets reproducible rounds; OpenAI's seed is i64.
+            seed: self.seed.map_or(0, |s| s as u64),
+            stop,
+            stream,
+            include_usage,
+            workload,
+            speculation,
+        })
+    }
+}
+
+fn speculation(field: Option<SpeculationField>, max_k: usize) -> Result<SpecOverride, ApiError> {
+    let Some(f) = field else {
+        return Ok(SpecOverride::Default);
+    };
+    if f.enabled == Some(false) {
+        return Ok(SpecOverride::Disabled);
+    }
+    let strategy = f
+        .strategy
+        .map(|s| {
+            s.parse::<StrategyKind>()
+                .map_err(|e| ApiError::invalid(Some("speculation.strategy"), e.to_string()))
+        })
+        .transpose()?;
+    let k = match f.k {
+        None => None,
+        Some(k) if k < 0 || k as u64 > max_k as u64 => {
+            return Err(ApiError::invalid(
+                Some("speculation.k"),
+                format!("`speculation.k` must be between 0 and {max_k}"),
+            ))
+        }
+        Some(k) => Some(k as usize),
+    };
+    Ok(SpecOverride::Use { strategy, k })
+}
