@@ -108,6 +108,9 @@ pub struct LoadgenArgs {
     /// Measured passes.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Times each concurrency level alternates speculation on and off (noise control).
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
 }
 
 pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
@@ -165,6 +168,7 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         requests: args.requests,
         max_tokens: args.max_tokens,
         prompt_dir: args.prompts,
+        repeats: args.repeats,
     };
     if !args.compare_fixed.is_empty() {
         let mut fixed = Vec::new();

@@ -36,6 +36,8 @@ pub struct LoadgenConfig {
     pub requests: usize,
     pub max_tokens: usize,
     pub prompt_dir: PathBuf,
+    /// Times each level alternates speculation on and off.
+    pub repeats: usize,
 }
 
 /// How a request asks for speculation.
@@ -265,10 +267,20 @@ pub fn loadgen(
     let mut rows = Vec::new();
     for &c in &cfg.concurrency {
         let n = cfg.requests.max(c);
-        for spec in [true, false] {
-            let (samples, errors, wall) = run_level(cfg, &model, &mix, c, n, spec);
+        // Modes alternate `repeats` times so drift of a noisy machine hits both alike.
+        let mut runs: [(Vec<Sample>, usize, Duration); 2] = Default::default();
+        for _ in 0..cfg.repeats.max(1) {
+            for (m, spec) in [true, false].into_iter().enumerate() {
+                let (samples, errors, wall) = run_level(cfg, &model, &mix, c, n, spec);
+                runs[m].0.extend(samples);
+                runs[m].1 += errors;
+                runs[m].2 += wall;
+            }
+        }
+        for (m, spec) in [true, false].into_iter().enumerate() {
+            let (samples, errors, wall) = &runs[m];
             let all: Vec<&Sample> = samples.iter().collect();
-            let row = summarise(c, spec, "all", &all, errors, wall);
+            let row = summarise(c, spec, "all", &all, *errors, *wall);
             writeln!(
                 log,
                 "concurrency {c:>2} speculation {:<3}: {:.1} tok/s, ITL p50 {:.1} ms, {} errors",
@@ -281,7 +293,7 @@ pub fn loadgen(
             for set in &sets {
                 let of: Vec<&Sample> = samples.iter().filter(|s| s.class == set.name).collect();
                 if !of.is_empty() {
-                    rows.push(summarise(c, spec, &set.name, &of, 0, wall));
+                    rows.push(summarise(c, spec, &set.name, &of, 0, *wall));
                 }
             }
         }
