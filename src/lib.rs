@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bench_policy;
 pub mod bench_spec;
 pub mod chat;
+pub mod clock;
 pub mod engine;
 pub mod fetch;
 pub mod gateway;

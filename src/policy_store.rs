@@ -4,8 +4,8 @@
 //! the `*` (every tenant) policy, else the shipped default of the class.
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::clock::unix_now;
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
@@ -73,12 +73,6 @@ fn version_key(tenant: &str, class: WorkloadClass, version: u32) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(&version.to_be_bytes());
     k
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn corrupt(e: impl std::fmt::Display) -> PolicyStoreError {
@@ -156,7 +150,7 @@ impl PolicyStore {
         policy.validate()?;
         let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         let version = self.next_version(tenant, class)?;
-        let at = now();
+        let at = unix_now();
         let stored = StoredPolicy {
             tenant: tenant.to_string(),
             class: class.name().to_string(),
@@ -193,7 +187,7 @@ impl PolicyStore {
             action: "delete".into(),
             policy: None,
             by: by.to_string(),
-            at: now(),
+            at: unix_now(),
         };
         self.write(tenant, class, None, &change)?;
         Ok(true)

@@ -62,8 +62,8 @@ pub struct RequestActor {
     router: Addr<Router>,
     strategies: Strategies,
     history: Addr<HistoryWriter>,
-    /// For a possible shadow check: the prompt and parameters of a greedy request.
-    shadow: Option<(f64, Vec<TokenId>, GenerateParams)>,
+    /// A greedy request sampled for a shadow check: its prompt and parameters.
+    shadow: Option<(Vec<TokenId>, GenerateParams)>,
     admitted: Option<oneshot::Sender<Result<SpecPlan, ApiError>>>,
     out: mpsc::UnboundedSender<Outgoing>,
     started: Instant,
@@ -170,8 +170,13 @@ impl Actor for RequestActor {
                 Err(e) => return act.refuse(e, ctx),
             };
             let plan = planned.plan;
-            if job.params.sampling.is_greedy() && planned.shadow_rate > 0.0 && !plan.is_plain() {
-                act.shadow = Some((planned.shadow_rate, job.prompt.clone(), job.params.clone()));
+            // Sampled here, so only the requests that will be checked keep a copy of their
+            // prompt.
+            if job.params.sampling.is_greedy()
+                && !plan.is_plain()
+                && rand::random::<f64>() < planned.shadow_rate
+            {
+                act.shadow = Some((job.prompt.clone(), job.params.clone()));
             }
             // A drafter that cannot be built costs the request its speculation, not its answer.
             let (plan, drafter) = match drafter {
@@ -225,13 +230,13 @@ impl Actor for RequestActor {
 }
 
 impl RequestActor {
-    /// With the route's shadow rate, check this greedy speculative answer against plain
-    /// decoding in the background.
+    /// A request sampled at admission (the route's shadow rate) that drafted: check its greedy
+    /// answer against plain decoding in the background.
     fn maybe_shadow_check(&mut self, s: &Summary) {
-        let Some((rate, prompt, params)) = self.shadow.take() else {
+        let Some((prompt, params)) = self.shadow.take() else {
             return;
         };
-        if s.stats.drafted == 0 || rand::random::<f64>() >= rate {
+        if s.stats.drafted == 0 {
             return;
         }
         let job = ShadowJob {
@@ -246,9 +251,7 @@ impl RequestActor {
 
     /// This request as a history record in its minute bucket.
     fn history_record(&self, s: &Summary) -> Record {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = crate::clock::unix_now();
         let key = HistoryKey::minute(
             &self.route.tenant,
             self.route.class,

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::error::ApiError;
 use super::handlers::{authenticate, authorize_admin, State};
 use super::history_writer::Flush;
+use crate::clock::unix_now;
 use crate::history::{route_rows, rows_csv, tenant_prefix, HistoryKey, HistoryRecord};
 
 #[derive(Debug, Deserialize)]
@@ -21,12 +22,6 @@ struct RoutesQuery {
     to: Option<u64>,
     /// minute, hour (default) or day.
     bucket: Option<String>,
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// `GET /v1/analytics/routes?tenant=&from=&to=&bucket=`: JSON, or CSV with `Accept: text/csv`.
@@ -57,7 +52,7 @@ pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiE
             ))
         }
     };
-    let to = q.to.unwrap_or_else(|| now() + 1);
+    let to = q.to.unwrap_or_else(|| unix_now() + 1);
     let from = q.from.unwrap_or(to.saturating_sub(86_400));
     if from >= to {
         return Err(ApiError::invalid(

@@ -2,7 +2,6 @@
 //! what comes back into OpenAI's bodies or server-sent events.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -15,11 +14,14 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
 use super::actors::{Job, Outgoing, RequestActor, Services};
-use super::api::{parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestLimits};
+use super::api::{
+    parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestBody, RequestLimits,
+};
 use super::error::ApiError;
 use super::responses::{self, Endpoint, ResponseMeta};
 use super::tenants::{TenantError, TenantStore};
-use crate::engine::{EngineHandle, RouteLabels};
+use crate::clock::unix_now;
+use crate::engine::RouteLabels;
 use crate::generate::GenerateParams;
 use crate::loaded::chat_prompt;
 use crate::policy_store::PolicyStore;
@@ -27,7 +29,6 @@ use crate::tokenizer::Tokenizer;
 
 /// Everything the handlers share.
 pub struct AppState {
-    pub engine: EngineHandle,
     pub services: Services,
     pub tenants: TenantStore,
     pub policies: PolicyStore,
@@ -65,12 +66,6 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
         req.method(),
         req.path()
     )))
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
@@ -136,16 +131,33 @@ fn workload_header(req: &HttpRequest) -> Option<&str> {
     req.headers().get("x-workload")?.to_str().ok()
 }
 
+/// Turns an endpoint's body into the one request shape both endpoints run.
+type Validate<T> = fn(T, &RequestLimits, Option<&str>) -> Result<GenerationRequest, ApiError>;
+
+/// Authenticate, read, parse and validate the body, then run it.
+async fn generation<T: RequestBody>(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+    endpoint: Endpoint,
+    validate: Validate<T>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = authenticate(&state, &req)?;
+    let body = read_body(payload, state.body_limit).await?;
+    let request = validate(
+        parse_body::<T>(&body)?,
+        &state.limits,
+        workload_header(&req),
+    )?;
+    respond(&state, tenant, request, endpoint).await
+}
+
 async fn chat_completions(
     req: HttpRequest,
     payload: web::Payload,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = authenticate(&state, &req)?;
-    let body = read_body(payload, state.body_limit).await?;
-    let parsed: ChatRequest = parse_body(&body)?;
-    let request = parsed.validate(&state.limits, workload_header(&req))?;
-    respond(&state, tenant, request, Endpoint::Chat).await
+    generation(req, payload, state, Endpoint::Chat, ChatRequest::validate).await
 }
 
 async fn completions(
@@ -153,11 +165,14 @@ async fn completions(
     payload: web::Payload,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = authenticate(&state, &req)?;
-    let body = read_body(payload, state.body_limit).await?;
-    let parsed: CompletionRequest = parse_body(&body)?;
-    let request = parsed.validate(&state.limits, workload_header(&req))?;
-    respond(&state, tenant, request, Endpoint::Completion).await
+    generation(
+        req,
+        payload,
+        state,
+        Endpoint::Completion,
+        CompletionRequest::validate,
+    )
+    .await
 }
 
 /// Template, tokenize, check the context, classify: the job the engine will run.
@@ -216,7 +231,7 @@ async fn respond(
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
     let job = prepare(state, tenant, &request)?;
-    let id = state.engine.next_request_id();
+    let id = state.services.engine.next_request_id();
     let meta = ResponseMeta {
         id: match endpoint {
             Endpoint::Chat => format!("chatcmpl-{:x}{:06x}", state.started, id.0),
@@ -351,7 +366,7 @@ async fn health() -> HttpResponse {
 
 /// Ready when the model is loaded and the engine thread runs.
 async fn ready(state: State) -> HttpResponse {
-    if state.engine.is_alive() {
+    if state.services.engine.is_alive() {
         HttpResponse::Ok().json(json!({"status": "ready"}))
     } else {
         HttpResponse::ServiceUnavailable().json(json!({"status": "engine not running"}))

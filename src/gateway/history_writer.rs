@@ -3,10 +3,11 @@
 //! most one interval. Minute buckets older than the window are rolled up into hours.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use actix::prelude::*;
 
+use crate::clock::unix_now;
 use crate::history::{Granularity, HistoryKey, HistoryRecord};
 
 pub struct HistoryWriter {
@@ -34,12 +35,6 @@ impl HistoryWriter {
         })
     }
 
-    fn now() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    }
-
     /// Merge one record into what the store holds under `key`.
     fn merge_into(tree: &sled::Tree, key: &[u8], rec: &HistoryRecord) -> sled::Result<()> {
         tree.fetch_and_update(key, |old| {
@@ -56,7 +51,7 @@ impl HistoryWriter {
         for (key, rec) in self.pending.drain() {
             Self::merge_into(&self.tree, &key, &rec)?;
         }
-        let now = Self::now();
+        let now = unix_now();
         if now >= self.last_rollup + 60 {
             self.rollup(now)?;
             self.last_rollup = now;

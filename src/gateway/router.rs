@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use specgate_policies::{
-    default_plan, k_under_load, Constraints, Learner, LoadView, Observation, RouteKey, SpecPlan,
+    default_plan, k_under_load, Learner, LoadView, Observation, RouteKey, RoutePolicy, SpecPlan,
 };
 use specgate_strategies::StrategyKind;
 
@@ -45,9 +45,7 @@ impl Router {
     /// Start the learner from the store's recent history (the last `window` seconds), so a
     /// restart does not forget what each route's strategies accept.
     pub fn warm_start(&mut self, history: &sled::Tree, window: u64) -> usize {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = crate::clock::unix_now();
         let mut seen = 0;
         for (key, rec) in history.iter().flatten().filter_map(|(k, v)| {
             let key = HistoryKey::decode(&k)?;
@@ -76,13 +74,6 @@ impl Router {
             seen += 1;
         }
         seen
-    }
-
-    /// A route's constraints: its effective policy (read per request, so an admin's edit
-    /// applies to the next request), limited to what this server runs.
-    fn constraints(&self, route: &RouteKey) -> Constraints {
-        let (policy, _) = self.policies.effective(&route.tenant, route.class);
-        policy.constraints(&self.available)
     }
 
     /// The load as the cost model sees it: every busy sequence plus this one.
@@ -122,18 +113,16 @@ impl Handler<PlanFor> for Router {
     type Result = Result<Planned, ApiError>;
 
     fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
-        let shadow_rate = self
-            .policies
-            .effective(&msg.route.tenant, msg.route.class)
-            .0
-            .shadow_rate;
-        let plan = self.plan(msg)?;
+        // One read of the route's policy serves the plan and the shadow rate.
+        let (policy, _) = self.policies.effective(&msg.route.tenant, msg.route.class);
+        let shadow_rate = policy.shadow_rate;
+        let plan = self.plan(msg, &policy)?;
         Ok(Planned { plan, shadow_rate })
     }
 }
 
 impl Router {
-    fn plan(&mut self, msg: PlanFor) -> Result<SpecPlan, ApiError> {
+    fn plan(&mut self, msg: PlanFor, policy: &RoutePolicy) -> Result<SpecPlan, ApiError> {
         let route = RouteKey {
             tenant: msg.route.tenant.clone(),
             class: msg.route.class,
@@ -141,13 +130,13 @@ impl Router {
         let plan = match msg.speculation {
             SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
             SpecOverride::Default => {
-                let (limits, load) = (self.constraints(&route), self.load_view());
+                let (limits, load) = (policy.constraints(&self.available), self.load_view());
                 self.learner
                     .choose(&route, &limits, &load, &mut rand::rng())
             }
             SpecOverride::Use { strategy, k } => {
                 // Within what the route's policy allows: speculation off stays off.
-                let limits = self.constraints(&route);
+                let limits = policy.constraints(&self.available);
                 if !limits.speculation {
                     return Ok(SpecPlan::PLAIN);
                 }
@@ -245,9 +234,7 @@ impl Handler<ShadowResult> for Router {
         )
         .increment(1);
         let mismatch = matches!(msg.outcome, ShadowOutcome::Mismatch { .. });
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = crate::clock::unix_now();
         self.history.do_send(Record {
             key: HistoryKey::minute(&tenant, class, msg.strategy, 0, now),
             record: HistoryRecord {

@@ -125,14 +125,13 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     router.warm_start(&db.open_tree("history")?, 3600);
     let router = router.start();
     let services = Services {
-        engine: engine.clone(),
+        engine,
         router,
         strategies: Arc::new(strategies),
         history: history.clone(),
     };
     let tenants = TenantStore::open(&db)?;
     let state = web::Data::new(AppState {
-        engine,
         services,
         tenants,
         policies,
@@ -150,9 +149,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         admin_token: cfg.admin_token.clone(),
         metrics,
         body_limit: cfg.body_limit,
-        started: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        started: crate::clock::unix_now(),
     });
     let server = HttpServer::new(move || {
         App::new()

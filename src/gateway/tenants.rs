@@ -2,14 +2,14 @@
 //! only the secret's SHA-256 is stored, and it is compared in constant time. Every write is
 //! flushed before the call returns, so an acknowledged key or revocation survives a crash.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 use specgate_migrations::tenant_key;
+
+use crate::clock::unix_now;
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, thiserror::Error)]
@@ -74,12 +74,6 @@ pub struct TenantStore {
     by_tenant: sled::Tree, // tenant ␀ key id → (), schema version 2
 }
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
@@ -116,7 +110,7 @@ impl TenantStore {
         }
         let record = encode(&TenantRecord {
             name: name.to_string(),
-            created: now(),
+            created: unix_now(),
         })?;
         self.tenants
             .compare_and_swap(name, None as Option<&[u8]>, Some(record))?
@@ -147,7 +141,7 @@ impl TenantStore {
             id: id.clone(),
             tenant: tenant.to_string(),
             sha256: sha256_hex(&secret),
-            created: now(),
+            created: unix_now(),
             revoked: None,
         };
         let encoded = encode(&record)?;
@@ -198,7 +192,7 @@ impl TenantStore {
             return Err(missing());
         }
         let mut record: KeyRecord = decode(&bytes)?;
-        record.revoked.get_or_insert_with(now);
+        record.revoked.get_or_insert_with(unix_now);
         self.keys.insert(id.as_bytes(), encode(&record)?)?;
         self.db.flush()?;
         Ok(())
