@@ -74,6 +74,27 @@ pub struct ServeArgs {
     /// How often finished requests' history is written to the store, in ms.
     #[arg(long, default_value_t = 1000)]
     history_flush_ms: u64,
+    /// Requests one tenant may have in flight (0: unlimited); the admin API overrides it
+    /// per tenant.
+    #[arg(long, default_value_t = 32)]
+    max_concurrent_per_tenant: u32,
+    /// Prompt + completion tokens one tenant may use per minute (0: unlimited); the admin
+    /// API overrides it per tenant.
+    #[arg(long, default_value_t = 0)]
+    tokens_per_minute_per_tenant: u64,
+    /// Most stop strings in one request, and the longest one, in bytes.
+    #[arg(long, default_value_t = 4)]
+    max_stop_strings: usize,
+    #[arg(long, default_value_t = 256)]
+    max_stop_len: usize,
+    /// On SIGTERM or SIGINT: seconds in-flight requests get to finish before the process
+    /// exits anyway.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout_secs: u64,
+    /// Fault injection for reliability tests (see src/faults.rs), e.g.
+    /// `engine-panic-at-step=40,drafter-fail-every=3`.
+    #[arg(long, hide = true, default_value = "")]
+    inject_faults: specgate::faults::Faults,
 }
 
 #[derive(Args)]
@@ -129,12 +150,20 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
             kv_budget_bytes: args.kv_budget_mib << 20,
             queue_capacity: args.queue_capacity,
             spec_off_occupancy: args.spec_off_occupancy,
+            faults: args.inject_faults,
         },
         max_tokens_limit: args.max_tokens_limit,
         default_max_tokens: args.default_max_tokens,
         body_limit: args.body_limit,
         workers: args.workers,
         history_flush_ms: args.history_flush_ms,
+        limits: specgate::quota::Limits {
+            max_concurrent_requests: args.max_concurrent_per_tenant,
+            tokens_per_minute: args.tokens_per_minute_per_tenant,
+        },
+        max_stop_strings: args.max_stop_strings,
+        max_stop_len: args.max_stop_len,
+        shutdown_timeout_secs: args.shutdown_timeout_secs,
     };
     actix_web::rt::System::new().block_on(specgate::gateway::serve(cfg))?;
     Ok(())

@@ -38,6 +38,7 @@ pub struct Engine {
     waiting: VecDeque<(Box<Submission>, Instant)>,
     live: Vec<Live>,
     reserved: usize,
+    steps: u64,
 }
 
 impl Engine {
@@ -55,6 +56,7 @@ impl Engine {
             waiting: VecDeque::new(),
             live: Vec::new(),
             reserved: 0,
+            steps: 0,
         }
     }
 
@@ -136,6 +138,10 @@ impl Engine {
         self.admit();
         if self.live.is_empty() {
             return;
+        }
+        self.steps += 1;
+        if self.config.faults.engine_panic_at_step == Some(self.steps) {
+            panic!("injected engine fault at step {}", self.steps);
         }
         let work = self.gather();
         let items: Vec<BatchItem<'_>> = work

@@ -43,6 +43,8 @@ pub struct EngineConfig {
     pub queue_capacity: usize,
     /// Occupancy at which speculation turns off (k shrinks linearly from half of it).
     pub spec_off_occupancy: f64,
+    /// Injected faults (tests only; none by default).
+    pub faults: crate::faults::Faults,
 }
 
 impl Default for EngineConfig {
@@ -54,6 +56,7 @@ impl Default for EngineConfig {
             kv_budget_bytes: 1 << 30,
             queue_capacity: 64,
             spec_off_occupancy: 0.5,
+            faults: crate::faults::Faults::default(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! HTTP handlers: authenticate, validate, hand the request to a [`RequestActor`], and shape
 //! what comes back into OpenAI's bodies or server-sent events.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::http::header;
@@ -18,6 +19,7 @@ use super::api::{
     parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestBody, RequestLimits,
 };
 use super::error::ApiError;
+use super::quotas::{Quotas, Ticket};
 use super::responses::{self, Endpoint, ResponseMeta};
 use super::tenants::{TenantError, TenantStore};
 use crate::clock::unix_now;
@@ -38,6 +40,9 @@ pub struct AppState {
     pub admin_token: Option<String>,
     pub metrics: PrometheusHandle,
     pub body_limit: usize,
+    pub quotas: Arc<Quotas>,
+    /// Set on SIGTERM: not ready, new generations refused while in-flight ones finish.
+    pub draining: Arc<AtomicBool>,
     pub started: u64,
 }
 
@@ -143,6 +148,9 @@ async fn generation<T: RequestBody>(
     validate: Validate<T>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = authenticate(&state, &req)?;
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the server is shutting down"));
+    }
     let body = read_body(payload, state.body_limit).await?;
     let request = validate(
         parse_body::<T>(&body)?,
@@ -231,6 +239,15 @@ async fn respond(
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
     let job = prepare(state, tenant, &request)?;
+    let overrides = state
+        .tenants
+        .limits(&job.route.tenant)
+        .map_err(store_error)?;
+    let ticket = state.quotas.admit(
+        &job.route.tenant,
+        &overrides,
+        (job.prompt.len() + request.max_tokens) as u64,
+    )?;
     let id = state.services.engine.next_request_id();
     let meta = ResponseMeta {
         id: match endpoint {
@@ -246,25 +263,27 @@ async fn respond(
         .await
         .map_err(|_| ApiError::internal("the request actor stopped before admitting"))??;
     if request.stream {
-        let events = sse_stream(out, meta, request.include_usage);
+        let events = sse_stream(out, meta, request.include_usage, ticket);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .streaming(events));
     }
-    collect(out, &meta).await
+    collect(out, &meta, ticket).await
 }
 
 /// Wait for the whole answer.
 async fn collect(
     mut out: mpsc::UnboundedReceiver<Outgoing>,
     meta: &ResponseMeta,
+    mut ticket: Ticket,
 ) -> Result<HttpResponse, ApiError> {
     let mut text = String::new();
     while let Some(item) = out.recv().await {
         match item {
             Outgoing::Text(t) => text += &t,
             Outgoing::Done(summary) => {
+                ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
                 return Ok(HttpResponse::Ok().json(responses::full(meta, &text, &summary)))
             }
             Outgoing::Failed(why) => return Err(ApiError::internal(why)),
@@ -279,18 +298,22 @@ fn sse_stream(
     out: mpsc::UnboundedReceiver<Outgoing>,
     meta: ResponseMeta,
     include_usage: bool,
+    ticket: Ticket,
 ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
     struct S {
         out: mpsc::UnboundedReceiver<Outgoing>,
         meta: ResponseMeta,
         first: bool,
         done: bool,
+        // Held as long as the stream: dropped at its end or when the client goes away.
+        ticket: Ticket,
     }
     let s = S {
         out,
         meta,
         first: true,
         done: false,
+        ticket,
     };
     futures_util::stream::unfold(s, move |mut s| async move {
         if s.done {
@@ -305,6 +328,8 @@ fn sse_stream(
                     break responses::sse(&chunk);
                 }
                 Some(Outgoing::Done(summary)) => {
+                    s.ticket
+                        .used((summary.prompt_tokens + summary.completion_tokens) as u64);
                     let mut b =
                         responses::sse(&responses::finish_chunk(&s.meta, summary.finish_reason))
                             .to_vec();
@@ -364,9 +389,11 @@ async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Ready when the model is loaded and the engine thread runs.
+/// Ready when the model is loaded, the engine thread runs and the server is not draining.
 async fn ready(state: State) -> HttpResponse {
-    if state.services.engine.is_alive() {
+    if state.draining.load(Ordering::SeqCst) {
+        HttpResponse::ServiceUnavailable().json(json!({"status": "draining"}))
+    } else if state.services.engine.is_alive() {
         HttpResponse::Ok().json(json!({"status": "ready"}))
     } else {
         HttpResponse::ServiceUnavailable().json(json!({"status": "engine not running"}))

@@ -7,6 +7,7 @@ pub mod error;
 pub mod handlers;
 pub mod history_writer;
 pub mod policies_api;
+pub mod quotas;
 pub mod responses;
 pub mod router;
 pub mod server;

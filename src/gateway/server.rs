@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::Actor;
@@ -17,6 +18,7 @@ use super::actors::Services;
 use super::api::RequestLimits;
 use super::handlers::{self, AppState};
 use super::history_writer::{Flush, HistoryWriter};
+use super::quotas::Quotas;
 use super::router::Router;
 use super::strategy_actor::StrategyActor;
 use super::tenants::{TenantError, TenantStore};
@@ -61,6 +63,12 @@ pub struct ServeConfig {
     pub workers: usize,
     /// How often finished requests' history is written (a crash loses at most this much).
     pub history_flush_ms: u64,
+    /// Per-tenant defaults; the admin API overrides them per tenant.
+    pub limits: crate::quota::Limits,
+    pub max_stop_strings: usize,
+    pub max_stop_len: usize,
+    /// How long in-flight requests may run on after SIGTERM.
+    pub shutdown_timeout_secs: u64,
 }
 
 const SECONDS: [f64; 16] = [
@@ -79,7 +87,7 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
         .map_err(err)
 }
 
-/// Serve until SIGINT or SIGTERM. Prints `specgate listening on http://ADDR` once bound (with
+/// Serve until SIGINT or SIGTERM, then drain (see [`drain_on_signal`]). Prints `specgate listening on http://ADDR` once bound (with
 /// `--port 0` that is how a caller learns the port).
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // The store first: a store this build cannot read should fail before the model loads.
@@ -111,7 +119,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .collect();
     let strategies: HashMap<_, _> = available
         .iter()
-        .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned()).start()))
+        .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults).start()))
         .collect();
     let policies = PolicyStore::open(&db)?;
     policies.seed_defaults()?;
@@ -131,6 +139,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         history: history.clone(),
     };
     let tenants = TenantStore::open(&db)?;
+    let draining = Arc::new(AtomicBool::new(false));
     let state = web::Data::new(AppState {
         services,
         tenants,
@@ -142,13 +151,15 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             context_length,
             max_tokens_limit: cfg.max_tokens_limit,
             default_max_tokens: cfg.default_max_tokens,
-            max_stop_strings: 4,
-            max_stop_len: 256,
+            max_stop_strings: cfg.max_stop_strings,
+            max_stop_len: cfg.max_stop_len,
             max_k: 16,
         },
         admin_token: cfg.admin_token.clone(),
         metrics,
         body_limit: cfg.body_limit,
+        quotas: Quotas::new(cfg.limits),
+        draining: Arc::clone(&draining),
         started: crate::clock::unix_now(),
     });
     let server = HttpServer::new(move || {
@@ -158,16 +169,51 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             .default_service(web::to(handlers::not_found))
     })
     .workers(cfg.workers.max(1))
+    .shutdown_timeout(cfg.shutdown_timeout_secs)
+    .disable_signals()
     .bind((cfg.host.as_str(), cfg.port))?;
     for addr in server.addrs() {
         println!("specgate listening on http://{addr}");
     }
     std::io::stdout().flush()?;
-    server.run().await?;
-    // Stopped by a signal: what the writer still holds goes to disk before we exit.
+    let server = server.run();
+    actix_web::rt::spawn(drain_on_signal(server.handle(), draining));
+    server.await?;
+    // Drained (or out of time): what the writer still holds goes to disk before we exit.
     if let Ok(Err(e)) = history.send(Flush).await {
         eprintln!("specgate: final history flush failed: {e}");
     }
     db.flush()?;
+    eprintln!("specgate: stopped");
     Ok(())
+}
+
+/// On SIGTERM or SIGINT: turn not-ready and refuse new requests (503), stop accepting
+/// connections, and let in-flight requests finish within the shutdown timeout.
+async fn drain_on_signal(server: actix_web::dev::ServerHandle, draining: Arc<AtomicBool>) {
+    let signal = async {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    };
+    signal.await;
+    draining.store(true, Ordering::SeqCst);
+    eprintln!("specgate: draining: no new requests; in-flight ones may finish");
+    server.stop(true).await;
 }

@@ -10,6 +10,7 @@ use specgate_strategies::{
     NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache, SuffixDrafter,
 };
 
+use crate::faults::Faults;
 use crate::model_drafter::{ModelDrafter, SharedModel};
 use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
 
@@ -21,41 +22,29 @@ pub struct StrategyActor {
     pub kind: StrategyKind,
     pub draft_model: Option<SharedModel>,
     suffix_caches: HashMap<String, SharedSuffixCache>,
+    faults: Faults,
 }
 
 impl StrategyActor {
-    pub fn new(kind: StrategyKind, draft_model: Option<SharedModel>) -> Self {
+    pub fn new(kind: StrategyKind, draft_model: Option<SharedModel>, faults: Faults) -> Self {
         Self {
             kind,
             draft_model,
             suffix_caches: HashMap::new(),
+            faults,
         }
     }
-}
 
-impl Actor for StrategyActor {
-    type Context = Context<Self>;
-}
-
-/// A drafter for one request of `tenant`.
-#[derive(Message)]
-#[rtype(result = "Result<BoxedDrafter, String>")]
-pub struct Checkout {
-    pub tenant: String,
-    pub seed: u64,
-}
-
-impl Handler<Checkout> for StrategyActor {
-    type Result = Result<BoxedDrafter, String>;
-
-    fn handle(&mut self, msg: Checkout, _: &mut Context<Self>) -> Self::Result {
-        Ok(match self.kind {
+    /// A drafter for one request of `tenant`: the suffix strategy drafts from that tenant's
+    /// cache only.
+    pub fn checkout(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
+        let drafter: BoxedDrafter = match self.kind {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
             StrategyKind::Suffix => {
                 let cache = self
                     .suffix_caches
-                    .entry(msg.tenant)
+                    .entry(tenant)
                     .or_insert_with(|| {
                         Arc::new(Mutex::new(SuffixCache::new(
                             SUFFIX_MAX_DEPTH,
@@ -75,13 +64,67 @@ impl Handler<Checkout> for StrategyActor {
                     .clone()
                     .ok_or_else(|| format!("no model loaded for strategy {}", self.kind))?;
                 let name = self.kind.name();
-                Box::new(
-                    ModelDrafter::for_sequence(name, model, msg.seed).map_err(|e| e.to_string())?,
-                )
+                Box::new(ModelDrafter::for_sequence(name, model, seed).map_err(|e| e.to_string())?)
             }
-        })
+        };
+        Ok(self.faults.wrap(drafter))
+    }
+}
+
+impl Actor for StrategyActor {
+    type Context = Context<Self>;
+}
+
+/// A drafter for one request of `tenant`.
+#[derive(Message)]
+#[rtype(result = "Result<BoxedDrafter, String>")]
+pub struct Checkout {
+    pub tenant: String,
+    pub seed: u64,
+}
+
+impl Handler<Checkout> for StrategyActor {
+    type Result = Result<BoxedDrafter, String>;
+
+    fn handle(&mut self, msg: Checkout, _: &mut Context<Self>) -> Self::Result {
+        self.checkout(msg.tenant, msg.seed)
     }
 }
 
 /// The strategy actors by kind.
 pub type Strategies = Arc<HashMap<StrategyKind, Addr<StrategyActor>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specgate_strategies::{DraftContext, SamplingParams, TokenId};
+
+    fn draft(d: &mut BoxedDrafter, tokens: &[TokenId]) -> Vec<TokenId> {
+        let sp = SamplingParams::greedy();
+        let ctx = DraftContext {
+            tokens,
+            prompt_len: tokens.len(),
+            sampling: &sp,
+        };
+        d.propose(&ctx, 8).map(|d| d.tokens).unwrap_or_default()
+    }
+
+    /// What one tenant's requests taught the suffix cache drafts for that tenant only.
+    #[test]
+    fn a_tenants_suffix_cache_never_drafts_for_another() {
+        let mut actor = StrategyActor::new(StrategyKind::Suffix, None, Faults::default());
+        let lead: Vec<TokenId> = vec![11, 12, 13, 14];
+        let secret: Vec<TokenId> = vec![901, 902, 903, 904, 905];
+        let mut a = actor.checkout("tenant-a".into(), 0).unwrap();
+        let full: Vec<TokenId> = lead.iter().chain(&secret).copied().collect();
+        draft(&mut a, &full);
+        a.finish();
+        let contains_secret = |d: &[TokenId]| d.windows(2).any(|w| secret.windows(2).any(|s| s == w));
+        let mut a_again = actor.checkout("tenant-a".into(), 0).unwrap();
+        assert!(contains_secret(&draft(&mut a_again, &lead)), "the test must be able to fail");
+        let mut b = actor.checkout("tenant-b".into(), 0).unwrap();
+        let proposed = draft(&mut b, &lead);
+        assert!(!contains_secret(&proposed), "tenant B drafted A's text: {proposed:?}");
+        assert!(proposed.iter().all(|t| !secret.contains(t)));
+    }
+}

@@ -10,6 +10,7 @@ use sled::Transactional;
 use specgate_migrations::tenant_key;
 
 use crate::clock::unix_now;
+use crate::quota::LimitOverrides;
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,9 @@ pub enum TenantError {
 pub struct TenantRecord {
     pub name: String,
     pub created: u64,
+    /// Overrides of the configured request limits (absent in records written before them).
+    #[serde(default)]
+    pub limits: LimitOverrides,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -55,6 +59,7 @@ pub struct KeyInfo {
 pub struct TenantInfo {
     pub name: String,
     pub created: u64,
+    pub limits: LimitOverrides,
     pub keys: Vec<KeyInfo>,
 }
 
@@ -111,6 +116,7 @@ impl TenantStore {
         let record = encode(&TenantRecord {
             name: name.to_string(),
             created: unix_now(),
+            limits: LimitOverrides::default(),
         })?;
         self.tenants
             .compare_and_swap(name, None as Option<&[u8]>, Some(record))?
@@ -120,6 +126,36 @@ impl TenantStore {
 
     pub fn exists(&self, name: &str) -> Result<bool, TenantError> {
         Ok(self.tenants.contains_key(name)?)
+    }
+
+    fn record(&self, name: &str) -> Result<TenantRecord, TenantError> {
+        let bytes = self
+            .tenants
+            .get(name)?
+            .ok_or_else(|| TenantError::NoTenant(name.to_string()))?;
+        decode(&bytes)
+    }
+
+    /// The tenant's overrides of the configured limits.
+    pub fn limits(&self, name: &str) -> Result<LimitOverrides, TenantError> {
+        Ok(self.record(name)?.limits)
+    }
+
+    /// Replace the tenant's overrides; flushed before it returns, applied from the next
+    /// request on.
+    pub fn set_limits(&self, name: &str, limits: LimitOverrides) -> Result<(), TenantError> {
+        let old = self
+            .tenants
+            .get(name)?
+            .ok_or_else(|| TenantError::NoTenant(name.to_string()))?;
+        let mut record: TenantRecord = decode(&old)?;
+        record.limits = limits;
+        // Compare-and-swap: a concurrent edit of the same tenant fails rather than being lost.
+        self.tenants
+            .compare_and_swap(name, Some(old), Some(encode(&record)?))?
+            .map_err(|_| TenantError::Corrupt("the tenant changed during the edit".into()))?;
+        self.db.flush()?;
+        Ok(())
     }
 
     /// Another key for an existing tenant.
@@ -206,6 +242,7 @@ impl TenantStore {
             out.push(TenantInfo {
                 name: t.name,
                 created: t.created,
+                limits: t.limits,
                 keys: Vec::new(),
             });
         }

@@ -1,5 +1,6 @@
 //! The admin API for tenants and their keys (admin token): create a tenant (its first key is
-//! shown once), list tenants and key ids, add a key, revoke one.
+//! shown once), list tenants and key ids, add a key, revoke one, read and set the tenant's
+//! request limits.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -7,6 +8,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::handlers::{authorize_admin, read_body, store_error, State};
+use crate::quota::LimitOverrides;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/admin/v1/tenants", web::post().to(create_tenant))
@@ -15,7 +17,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route(
             "/admin/v1/tenants/{name}/keys/{id}",
             web::delete().to(revoke_key),
-        );
+        )
+        .route("/admin/v1/tenants/{name}/limits", web::get().to(get_limits))
+        .route("/admin/v1/tenants/{name}/limits", web::put().to(put_limits));
 }
 
 #[derive(Deserialize)]
@@ -62,4 +66,35 @@ async fn revoke_key(
     let (name, id) = path.into_inner();
     state.tenants.revoke(&name, &id).map_err(store_error)?;
     Ok(HttpResponse::Ok().json(json!({ "tenant": name, "key_id": id, "revoked": true })))
+}
+
+/// The tenant's overrides and the limits in force (defaults filled in; 0 = unlimited).
+fn limits_body(state: &State, name: &str, o: &LimitOverrides) -> serde_json::Value {
+    json!({ "tenant": name, "overrides": o, "effective": state.quotas.defaults.with(o) })
+}
+
+async fn get_limits(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let o = state.tenants.limits(&path).map_err(store_error)?;
+    Ok(HttpResponse::Ok().json(limits_body(&state, &path, &o)))
+}
+
+/// Replace the overrides: `{"max_concurrent_requests": 4, "tokens_per_minute": 20000}`; a
+/// field left out falls back to the configured default.
+async fn put_limits(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    authorize_admin(&state, &req)?;
+    let body = read_body(payload, state.body_limit).await?;
+    let o: LimitOverrides = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    state.tenants.set_limits(&path, o).map_err(store_error)?;
+    Ok(HttpResponse::Ok().json(limits_body(&state, &path, &o)))
 }

@@ -1,0 +1,107 @@
+//! Fault injection for reliability tests: `specgate serve --inject-faults SPEC` (hidden) makes
+//! the engine thread panic at a given step or every drafter fail every n-th proposal, so the
+//! tests can prove what users rely on — a dead engine answers 503 instead of hanging, a
+//! failing drafter costs speculation, never the answer. Off unless asked for.
+
+use specgate_strategies::{Draft, DraftContext, DraftError, Drafter};
+
+use crate::strategy::BoxedDrafter;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The engine thread panics when it runs this step (counted from 1).
+    pub engine_panic_at_step: Option<u64>,
+    /// Every n-th proposal of every drafter fails, alternating a panic and an error.
+    pub drafter_fail_every: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("bad fault spec {0:?}: expected engine-panic-at-step=N and/or drafter-fail-every=N, comma-separated, N ≥ 1")]
+pub struct FaultSpecError(String);
+
+impl std::str::FromStr for Faults {
+    type Err = FaultSpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let bad = || FaultSpecError(spec.to_string());
+        let mut f = Faults::default();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, n) = part.split_once('=').ok_or_else(bad)?;
+            let n: u64 = n.trim().parse().map_err(|_| bad())?;
+            if n == 0 {
+                return Err(bad());
+            }
+            match name.trim() {
+                "engine-panic-at-step" => f.engine_panic_at_step = Some(n),
+                "drafter-fail-every" => f.drafter_fail_every = Some(n),
+                _ => return Err(bad()),
+            }
+        }
+        Ok(f)
+    }
+}
+
+impl Faults {
+    /// `drafter`, failing every n-th proposal if asked to.
+    pub fn wrap(&self, drafter: BoxedDrafter) -> BoxedDrafter {
+        match self.drafter_fail_every {
+            Some(every) => Box::new(FailingDrafter {
+                inner: drafter,
+                every,
+                calls: 0,
+            }),
+            None => drafter,
+        }
+    }
+}
+
+/// A drafter whose every n-th proposal panics or errors (alternately).
+pub struct FailingDrafter {
+    inner: BoxedDrafter,
+    every: u64,
+    calls: u64,
+}
+
+impl Drafter for FailingDrafter {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
+        self.calls += 1;
+        if self.calls % self.every == 0 {
+            if (self.calls / self.every) % 2 == 1 {
+                panic!("injected drafter fault (proposal {})", self.calls);
+            }
+            return Err(DraftError(format!(
+                "injected drafter fault (proposal {})",
+                self.calls
+            )));
+        }
+        self.inner.propose(ctx, k)
+    }
+
+    fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
+        self.inner.on_commit(ctx, accepted);
+    }
+
+    fn finish(&mut self) {
+        self.inner.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_or_are_refused() {
+        let f: Faults = "engine-panic-at-step=40, drafter-fail-every=3".parse().unwrap();
+        assert_eq!(f.engine_panic_at_step, Some(40));
+        assert_eq!(f.drafter_fail_every, Some(3));
+        assert_eq!("".parse::<Faults>().unwrap(), Faults::default());
+        for bad in ["engine-panic-at-step", "x=1", "drafter-fail-every=0", "engine-panic-at-step=-1"] {
+            assert!(bad.parse::<Faults>().is_err(), "{bad}");
+        }
+    }
+}
