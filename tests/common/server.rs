@@ -138,6 +138,47 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// SIGTERM: the server drains and exits on its own.
+    pub fn sigterm(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("running kill")
+            .success();
+        assert!(ok, "kill -TERM failed");
+    }
+
+    /// Wait up to `timeout` for the process to exit; its status, or None if it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Any method with the admin token; (status, body) whatever the status.
+    pub fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        request(method, &self.url(path), ADMIN, body)
+    }
+}
+
+/// (status, JSON body) of any request, whatever the status; panics only on transport errors.
+pub fn request(method: &str, url: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+    let req = ureq::request(method, url).set("Authorization", &format!("Bearer {token}"));
+    let r = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    match r {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("{method} {url}: {e}"),
+    }
 }
 
 impl Drop for Server {
