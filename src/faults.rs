@@ -96,11 +96,18 @@ mod tests {
 
     #[test]
     fn specs_parse_or_are_refused() {
-        let f: Faults = "engine-panic-at-step=40, drafter-fail-every=3".parse().unwrap();
+        let f: Faults = "engine-panic-at-step=40, drafter-fail-every=3"
+            .parse()
+            .unwrap();
         assert_eq!(f.engine_panic_at_step, Some(40));
         assert_eq!(f.drafter_fail_every, Some(3));
         assert_eq!("".parse::<Faults>().unwrap(), Faults::default());
-        for bad in ["engine-panic-at-step", "x=1", "drafter-fail-every=0", "engine-panic-at-step=-1"] {
+        for bad in [
+            "engine-panic-at-step",
+            "x=1",
+            "drafter-fail-every=0",
+            "engine-panic-at-step=-1",
+        ] {
             assert!(bad.parse::<Faults>().is_err(), "{bad}");
         }
     }

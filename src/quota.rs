@@ -17,7 +17,7 @@ pub struct Limits {
 }
 
 /// A tenant's overrides of the configured defaults (absent: the default applies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use common::server::{parse_sse, request, Server, ADMIN};
 use serde_json::{json, Value};
 
-const CODE: &str = "Rename x to n and return the code:\n```python\ndef f(x):\n    y = x + 1\n    return y\n```";
+const CODE: &str =
+    "Rename x to n and return the code:\n```python\ndef f(x):\n    y = x + 1\n    return y\n```";
 
 fn chat_body(s: &Server, prompt: &str, max_tokens: usize, extra: Value) -> Value {
     let mut body = json!({"model": s.model_id, "messages": [{"role": "user", "content": prompt}],
@@ -57,12 +58,22 @@ fn tenant_limits_answer_429_with_retry_after_and_admin_overrides_apply() {
     let s = Server::start(&["--max-concurrent-per-tenant", "2"]);
     let (a, b) = (s.tenant("a"), s.tenant("b"));
     let limits = "/admin/v1/tenants/a/limits";
-    assert_eq!(s.admin("GET", limits, None).1["effective"]["max_concurrent_requests"], 2);
+    assert_eq!(
+        s.admin("GET", limits, None).1["effective"]["max_concurrent_requests"],
+        2
+    );
     let (status, v) = s.admin("PUT", limits, Some(json!({"max_concurrent_requests": 1})));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["effective"]["max_concurrent_requests"], 1);
-    assert_eq!(s.admin("PUT", limits, Some(json!({"max_streams": 1}))).0, 400);
-    assert_eq!(s.admin("PUT", "/admin/v1/tenants/ghost/limits", Some(json!({}))).0, 404);
+    assert_eq!(
+        s.admin("PUT", limits, Some(json!({"max_streams": 1}))).0,
+        400
+    );
+    assert_eq!(
+        s.admin("PUT", "/admin/v1/tenants/ghost/limits", Some(json!({})))
+            .0,
+        404
+    );
     assert_eq!(request("PUT", &s.url(limits), &a, Some(json!({}))).0, 403);
 
     // One stream in flight: a's next request waits its turn, b's does not.
@@ -86,19 +97,35 @@ fn tenant_limits_answer_429_with_retry_after_and_admin_overrides_apply() {
     // bucket, 429 with the wait; larger than the whole limit, 400.
     let tpm = json!({"max_concurrent_requests": 4, "tokens_per_minute": 600});
     assert_eq!(s.admin("PUT", limits, Some(tpm)).0, 200);
-    let held = open_stream(&s, &a, &chat_body(&s, "Write a long story about a lighthouse.", 420, json!({})));
+    let held = open_stream(
+        &s,
+        &a,
+        &chat_body(&s, "Write a long story about a lighthouse.", 420, json!({})),
+    );
     let (status, retry, v) = chat_status(&s, &a, &chat_body(&s, "Say hello.", 200, json!({})));
     assert_eq!(status, 429, "{v}");
     assert!(retry.is_some_and(|r| (1..=60).contains(&r)), "{retry:?}");
     assert_eq!(v["error"]["code"], "rate_limit_exceeded");
     let (status, _, v) = chat_status(&s, &a, &chat_body(&s, "Say hello.", 700, json!({})));
-    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("request_too_large")), "{v}");
-    assert_eq!(chat_status(&s, &b, &chat_body(&s, "Say hello.", 200, json!({}))).0, 200);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("request_too_large")),
+        "{v}"
+    );
+    assert_eq!(
+        chat_status(&s, &b, &chat_body(&s, "Say hello.", 200, json!({}))).0,
+        200
+    );
     drop(held);
     assert!(s.metric("specgate_quota_refusals_total") >= 2.0);
     // The overrides are stored: the tenant listing shows them.
     let (_, list) = s.admin("GET", "/admin/v1/tenants", None);
-    let listed = list["data"].as_array().unwrap().iter().find(|t| t["name"] == "a").cloned();
+    let listed = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "a")
+        .cloned();
     assert_eq!(listed.unwrap()["limits"]["tokens_per_minute"], 600);
 }
 
@@ -109,13 +136,27 @@ fn a_failing_drafter_costs_speculation_never_the_answer() {
     let plain = chat_body(&s, CODE, 48, json!({"speculation": {"enabled": false}}));
     let (status, _, want) = chat_status(&s, &key, &plain);
     assert_eq!(status, 200, "{want}");
-    let want_text = want["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let want_text = want["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for strategy in ["ngram", "suffix", "early-exit"] {
-        let body = chat_body(&s, CODE, 48, json!({"speculation": {"strategy": strategy, "k": 4}}));
+        let body = chat_body(
+            &s,
+            CODE,
+            48,
+            json!({"speculation": {"strategy": strategy, "k": 4}}),
+        );
         let (status, _, v) = chat_status(&s, &key, &body);
         assert_eq!(status, 200, "{strategy}: {v}");
-        assert_eq!(v["choices"][0]["message"]["content"], want_text.as_str(), "{strategy}");
-        let failures = v["usage"]["speculative"]["drafter_failures"].as_u64().unwrap();
+        assert_eq!(
+            v["choices"][0]["message"]["content"],
+            want_text.as_str(),
+            "{strategy}"
+        );
+        let failures = v["usage"]["speculative"]["drafter_failures"]
+            .as_u64()
+            .unwrap();
         assert!(failures > 0, "{strategy}: the fault never fired: {v}");
         // Streaming too.
         let mut body = body.clone();
@@ -149,19 +190,31 @@ fn a_dead_engine_answers_503_promptly_and_a_restart_serves_again() {
         assert!(Instant::now() < deadline, "/ready stayed true");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(ureq::get(&s.url("/health")).call().map(|r| r.status()).ok(), Some(200));
+    assert_eq!(
+        ureq::get(&s.url("/health")).call().map(|r| r.status()).ok(),
+        Some(200)
+    );
     let asked = Instant::now();
     let (status, retry, v) = chat_status(&s, &key, &chat_body(&s, "Say hello.", 8, json!({})));
     assert_eq!(status, 503, "{v}");
     assert!(retry.is_some());
-    assert!(asked.elapsed() < Duration::from_secs(2), "503 took {:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "503 took {:?}",
+        asked.elapsed()
+    );
 
     s.sigterm();
-    let exit = s.wait_exit(Duration::from_secs(30)).expect("exits after SIGTERM");
+    let exit = s
+        .wait_exit(Duration::from_secs(30))
+        .expect("exits after SIGTERM");
     assert!(exit.success(), "{exit:?}");
     let s = Server::start_in(dir.path(), &[]);
     let (status, _, v) = chat_status(&s, &key, &chat_body(&s, "Say hello.", 8, json!({})));
-    assert_eq!(status, 200, "the restarted server serves the same tenant: {v}");
+    assert_eq!(
+        status, 200,
+        "the restarted server serves the same tenant: {v}"
+    );
 }
 
 #[test]
@@ -171,8 +224,13 @@ fn sigterm_lets_streams_finish_flushes_history_and_exits_0() {
     // the shutdown flushed it.
     let mut s = Server::start_in(dir.path(), &["--history-flush-ms", "600000"]);
     let key = s.tenant("acme");
-    let body = chat_body(&s, "Write a long story about a lighthouse.", 160, json!({
-        "stream_options": {"include_usage": true}}));
+    let body = chat_body(
+        &s,
+        "Write a long story about a lighthouse.",
+        160,
+        json!({
+        "stream_options": {"include_usage": true}}),
+    );
     let reader = open_stream(&s, &key, &body);
     s.sigterm();
     // Draining: new work is refused (503) or the port no longer accepts.
@@ -188,15 +246,22 @@ fn sigterm_lets_streams_finish_flushes_history_and_exits_0() {
     // The stream in flight runs to its end.
     let rest = parse_sse(reader);
     assert!(rest.done, "the stream was cut");
-    let completion = rest.usage.expect("usage")["completion_tokens"].as_u64().unwrap();
+    let completion = rest.usage.expect("usage")["completion_tokens"]
+        .as_u64()
+        .unwrap();
     assert!(completion > 1);
-    let exit = s.wait_exit(Duration::from_secs(60)).expect("exits after draining");
+    let exit = s
+        .wait_exit(Duration::from_secs(60))
+        .expect("exits after draining");
     assert!(exit.success(), "{exit:?}");
 
     let s = Server::start_in(dir.path(), &[]);
     let (status, v) = s.admin("GET", "/v1/analytics/routes?bucket=minute", None);
     assert_eq!(status, 200, "{v}");
-    let out: u64 = v["data"].as_array().unwrap().iter()
+    let out: u64 = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
         .filter(|r| r["tenant"] == "acme")
         .map(|r| r["tokens_out"].as_u64().unwrap())
         .sum();
@@ -248,16 +313,34 @@ fn kill_9_during_heavy_policy_and_history_writes_loses_no_acknowledged_edit() {
         acknowledged.extend(editor.join().unwrap());
         traffic.join().unwrap();
     }
-    assert!(acknowledged.len() > 10, "too few edits to mean anything: {}", acknowledged.len());
+    assert!(
+        acknowledged.len() > 10,
+        "too few edits to mean anything: {}",
+        acknowledged.len()
+    );
     let s = Server::start_in(dir.path(), &[]);
     let (status, v) = s.admin("GET", &format!("{path}/history"), None);
     assert_eq!(status, 200, "{v}");
-    let stored: Vec<(u64, u64)> = v["data"].as_array().unwrap().iter()
-        .map(|e| (e["version"].as_u64().unwrap(), e["policy"]["k_max"].as_u64().unwrap_or(0)))
+    let stored: Vec<(u64, u64)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["version"].as_u64().unwrap(),
+                e["policy"]["k_max"].as_u64().unwrap_or(0),
+            )
+        })
         .collect();
     for edit in &acknowledged {
-        assert!(stored.contains(edit), "acknowledged edit {edit:?} lost; stored {stored:?}");
+        assert!(
+            stored.contains(edit),
+            "acknowledged edit {edit:?} lost; stored {stored:?}"
+        );
     }
     let (_, analytics) = s.admin("GET", "/v1/analytics/routes?bucket=minute", None);
-    assert!(!analytics["data"].as_array().unwrap().is_empty(), "history was written");
+    assert!(
+        !analytics["data"].as_array().unwrap().is_empty(),
+        "history was written"
+    );
 }

@@ -12,9 +12,10 @@ use super::history_writer::Flush;
 use crate::clock::unix_now;
 use crate::history::{route_rows, rows_csv, tenant_prefix, HistoryKey, HistoryRecord};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
-struct RoutesQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct RoutesQuery {
     tenant: Option<String>,
     /// Unix seconds, inclusive; default: 24 hours before `to`.
     from: Option<u64>,
@@ -25,6 +26,11 @@ struct RoutesQuery {
 }
 
 /// `GET /v1/analytics/routes?tenant=&from=&to=&bucket=`: JSON, or CSV with `Accept: text/csv`.
+/// Per-route history rows (tenant × class × time bucket). A tenant key sees its own tenant.
+#[utoipa::path(get, path = "/v1/analytics/routes", tag = "analytics", params(RoutesQuery),
+    responses((status = 200, description = "Rows as JSON, or CSV with `Accept: text/csv`",
+        content((Object = "application/json"), (String = "text/csv")))),
+    security(("api_key" = []), ("admin_token" = [])))]
 pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
     let q = web::Query::<RoutesQuery>::from_query(req.query_string())
         .map_err(|e| ApiError::invalid(None, format!("invalid query: {e}")))?

@@ -6,12 +6,13 @@
 use serde::Deserialize;
 use specgate_policies::WorkloadClass;
 use specgate_strategies::{SamplingParams, StrategyKind};
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::chat::ChatMessage;
 
 /// `stop`: one string or a list.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum StopField {
     One(String),
@@ -19,31 +20,34 @@ pub enum StopField {
 }
 
 /// A message's content: a string or a list of text parts.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContentPart {
     #[serde(rename = "type")]
+    #[schema(pattern = "^text$")]
     pub kind: String,
+    #[schema(value_type = String, required = true)]
     pub text: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
+    #[schema(pattern = "^(system|user|assistant|developer)$")]
     pub role: String,
     pub content: Content,
     #[serde(default)]
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     #[serde(default)]
@@ -51,33 +55,56 @@ pub struct StreamOptions {
 }
 
 /// specgate's extension: `{"strategy": "ngram", "k": 4}` or `{"enabled": false}`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculationField {
     pub enabled: Option<bool>,
+    /// `draft` only when the server runs with `--draft-model`.
+    #[schema(pattern = "^(plain|ngram|suffix|draft|early-exit)$")]
     pub strategy: Option<String>,
+    #[schema(minimum = 0, maximum = 16)]
     pub k: Option<i64>,
 }
 
 /// Sampling and length fields shared by both endpoints.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+// The `schema` attributes document what validation enforces (`/openapi.json`); limits set
+// at start-up (the model id, max_tokens' ceiling) are filled in when the document is served.
 pub struct CommonFields {
+    /// The served model's id (`GET /v1/models`).
+    #[schema(value_type = String, required = true)]
     pub model: Option<String>,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
     pub temperature: Option<f64>,
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
+    /// 0 or -1: off.
+    #[schema(minimum = -1)]
     pub top_k: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_p: Option<f64>,
     pub seed: Option<i64>,
     pub stop: Option<StopField>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// Only 1.
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     pub user: Option<String>,
+    /// Only 0 (not supported otherwise).
+    #[schema(minimum = 0.0, maximum = 0.0)]
     pub presence_penalty: Option<f64>,
+    #[schema(minimum = 0.0, maximum = 0.0)]
     pub frequency_penalty: Option<f64>,
+    /// Only null or false (not supported otherwise).
+    #[schema(value_type = Option<bool>)]
     pub logprobs: Option<serde_json::Value>,
+    /// The workload class (else the `X-Workload` header, else a heuristic).
+    #[schema(pattern = "^(code_edit|rag|creative|chat)$")]
     pub workload: Option<String>,
     pub speculation: Option<SpeculationField>,
 }
@@ -109,15 +136,17 @@ pub trait RequestBody: serde::de::DeserializeOwned {
     const OWN_FIELDS: &'static [&'static str];
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ChatRequest {
+    /// Required (checked by validation, so its absence gets a clear 400).
+    #[schema(value_type = Vec<Message>, required = true, min_items = 1)]
     pub messages: Option<Vec<Message>>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
 
 /// `prompt`: a string or a list holding one string.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum PromptField {
     One(String),
@@ -128,8 +157,10 @@ impl RequestBody for ChatRequest {
     const OWN_FIELDS: &'static [&'static str] = &["messages"];
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct CompletionRequest {
+    /// Required (checked by validation, so its absence gets a clear 400).
+    #[schema(value_type = PromptField, required = true)]
     pub prompt: Option<PromptField>,
     pub echo: Option<bool>,
     pub best_of: Option<i64>,

@@ -6,14 +6,16 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 /// An error answer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ApiError {
     #[serde(skip)]
     pub status: u16,
     pub message: String,
     #[serde(rename = "type")]
+    #[schema(value_type = String)]
     pub kind: &'static str,
     pub param: Option<String>,
+    #[schema(value_type = Option<String>)]
     pub code: Option<&'static str>,
     #[serde(skip)]
     pub retry_after_secs: Option<u64>,
@@ -115,7 +117,9 @@ impl ApiError {
 
     /// The JSON body: `{"error": {...}}`.
     pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({ "error": self })
+        serde_json::json!(ErrorBody {
+            error: self.clone()
+        })
     }
 }
 
@@ -131,4 +135,10 @@ impl ResponseError for ApiError {
         }
         resp.json(self.body())
     }
+}
+
+/// Every error answer: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ApiError,
 }

@@ -57,6 +57,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/ready", web::get().to(ready))
         .route("/metrics", web::get().to(metrics_text))
         .route("/dashboard", web::get().to(dashboard))
+        .route("/openapi.json", web::get().to(super::openapi::openapi_json))
         .route(
             "/v1/analytics/routes",
             web::get().to(super::analytics::routes),
@@ -160,7 +161,14 @@ async fn generation<T: RequestBody>(
     respond(&state, tenant, request, endpoint).await
 }
 
-async fn chat_completions(
+/// Chat completion (OpenAI's), streamed as server-sent events when `stream` is true.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "generation",
+    request_body = super::api::ChatRequest,
+    responses((status = 200, description = "The answer, or its events when streamed",
+        content((super::responses::ChatCompletion = "application/json"),
+                (super::responses::SseEvent = "text/event-stream")))),
+    security(("api_key" = [])))]
+pub(crate) async fn chat_completions(
     req: HttpRequest,
     payload: web::Payload,
     state: State,
@@ -168,7 +176,14 @@ async fn chat_completions(
     generation(req, payload, state, Endpoint::Chat, ChatRequest::validate).await
 }
 
-async fn completions(
+/// Text completion (OpenAI's legacy endpoint), streamed when `stream` is true.
+#[utoipa::path(post, path = "/v1/completions", tag = "generation",
+    request_body = super::api::CompletionRequest,
+    responses((status = 200, description = "The answer, or its events when streamed",
+        content((super::responses::TextCompletion = "application/json"),
+                (super::responses::SseEvent = "text/event-stream")))),
+    security(("api_key" = [])))]
+pub(crate) async fn completions(
     req: HttpRequest,
     payload: web::Payload,
     state: State,
@@ -284,7 +299,7 @@ async fn collect(
             Outgoing::Text(t) => text += &t,
             Outgoing::Done(summary) => {
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
-                return Ok(HttpResponse::Ok().json(responses::full(meta, &text, &summary)))
+                return Ok(HttpResponse::Ok().json(responses::full(meta, &text, &summary)));
             }
             Outgoing::Failed(why) => return Err(ApiError::internal(why)),
         }
@@ -363,7 +378,11 @@ fn error_event(why: &str) -> Bytes {
     Bytes::from(b)
 }
 
-async fn models(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+/// The served model.
+#[utoipa::path(get, path = "/v1/models", tag = "generation",
+    responses((status = 200, description = "A list holding the served model", body = Object)),
+    security(("api_key" = [])))]
+pub(crate) async fn models(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
     authenticate(&state, &req)?;
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
@@ -379,18 +398,28 @@ async fn models(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError
 
 /// The analyst dashboard: one static page that draws /v1/analytics/routes with the key the
 /// user gives it (in the page, or as `#key=…`, which browsers never send to a server).
-async fn dashboard() -> HttpResponse {
+/// The analyst dashboard (a static page).
+#[utoipa::path(get, path = "/dashboard", tag = "analytics",
+    responses((status = 200, description = "HTML", content_type = "text/html", body = String)))]
+pub(crate) async fn dashboard() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .body(include_str!("assets/dashboard.html"))
 }
 
-async fn health() -> HttpResponse {
+/// The process is alive.
+#[utoipa::path(get, path = "/health", tag = "operations",
+    responses((status = 200, description = "Alive", body = Object)))]
+pub(crate) async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
 /// Ready when the model is loaded, the engine thread runs and the server is not draining.
-async fn ready(state: State) -> HttpResponse {
+/// Ready: model loaded, engine running, not draining.
+#[utoipa::path(get, path = "/ready", tag = "operations",
+    responses((status = 200, description = "Ready", body = Object),
+              (status = 503, description = "Not ready (engine down or draining)", body = Object)))]
+pub(crate) async fn ready(state: State) -> HttpResponse {
     if state.draining.load(Ordering::SeqCst) {
         HttpResponse::ServiceUnavailable().json(json!({"status": "draining"}))
     } else if state.services.engine.is_alive() {
@@ -401,7 +430,11 @@ async fn ready(state: State) -> HttpResponse {
 }
 
 /// Prometheus text. Series are labelled by tenant, so only the admin token may read them.
-async fn metrics_text(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+/// Prometheus metrics (admin token: series carry tenant labels).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)),
+    security(("admin_token" = [])))]
+pub(crate) async fn metrics_text(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
     authorize_admin(&state, &req)?;
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

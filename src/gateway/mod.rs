@@ -6,6 +6,7 @@ pub mod api;
 pub mod error;
 pub mod handlers;
 pub mod history_writer;
+pub mod openapi;
 pub mod policies_api;
 pub mod quotas;
 pub mod responses;

@@ -60,13 +60,19 @@ fn who(req: &HttpRequest) -> String {
         .to_string()
 }
 
-async fn list(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+/// Every stored routing policy.
+#[utoipa::path(get, path = "/admin/v1/policies", tag = "policies",
+    responses((status = 200, description = "Policies", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn list(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
     authorize_admin(&state, &req)?;
     let all = state.policies.all().map_err(store_error)?;
     Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": all })))
 }
 
-async fn get(
+/// The policy in force for a route, and where it comes from.
+#[utoipa::path(get, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+    responses((status = 200, description = "The effective policy", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn get(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: State,
@@ -86,7 +92,11 @@ async fn get(
     })))
 }
 
-async fn put(
+/// Store a new version of a route's policy (flushed before the answer).
+#[utoipa::path(put, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+    request_body(content = Object, description = "speculation, allowed, k_min, k_max, explore, shadow_rate"),
+    responses((status = 200, description = "The stored version", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn put(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     payload: web::Payload,
@@ -104,7 +114,10 @@ async fn put(
     Ok(HttpResponse::Ok().json(stored))
 }
 
-async fn delete(
+/// Drop a route's own policy; the default applies again.
+#[utoipa::path(delete, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+    responses((status = 200, description = "Deleted", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn delete(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: State,
@@ -127,7 +140,10 @@ async fn delete(
     )
 }
 
-async fn history(
+/// Every version of a route's policy.
+#[utoipa::path(get, path = "/admin/v1/policies/{tenant}/{class}/history", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+    responses((status = 200, description = "Versions, oldest first", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn history(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: State,

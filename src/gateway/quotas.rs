@@ -66,7 +66,10 @@ fn refusal(tenant: &str, e: QuotaError) -> ApiError {
     };
     metrics::counter!(
         "specgate_quota_refusals_total",
-        &[("tenant", tenant.to_string()), ("reason", reason.to_string())]
+        &[
+            ("tenant", tenant.to_string()),
+            ("reason", reason.to_string())
+        ]
     )
     .increment(1);
     match e {

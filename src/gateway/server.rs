@@ -119,7 +119,12 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .collect();
     let strategies: HashMap<_, _> = available
         .iter()
-        .map(|&k| (k, StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults).start()))
+        .map(|&k| {
+            (
+                k,
+                StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults).start(),
+            )
+        })
         .collect();
     let policies = PolicyStore::open(&db)?;
     policies.seed_defaults()?;

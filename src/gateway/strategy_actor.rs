@@ -119,12 +119,19 @@ mod tests {
         let full: Vec<TokenId> = lead.iter().chain(&secret).copied().collect();
         draft(&mut a, &full);
         a.finish();
-        let contains_secret = |d: &[TokenId]| d.windows(2).any(|w| secret.windows(2).any(|s| s == w));
+        let contains_secret =
+            |d: &[TokenId]| d.windows(2).any(|w| secret.windows(2).any(|s| s == w));
         let mut a_again = actor.checkout("tenant-a".into(), 0).unwrap();
-        assert!(contains_secret(&draft(&mut a_again, &lead)), "the test must be able to fail");
+        assert!(
+            contains_secret(&draft(&mut a_again, &lead)),
+            "the test must be able to fail"
+        );
         let mut b = actor.checkout("tenant-b".into(), 0).unwrap();
         let proposed = draft(&mut b, &lead);
-        assert!(!contains_secret(&proposed), "tenant B drafted A's text: {proposed:?}");
+        assert!(
+            !contains_secret(&proposed),
+            "tenant B drafted A's text: {proposed:?}"
+        );
         assert!(proposed.iter().all(|t| !secret.contains(t)));
     }
 }

@@ -22,13 +22,17 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/admin/v1/tenants/{name}/limits", web::put().to(put_limits));
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct NewTenant {
+pub(crate) struct NewTenant {
     name: String,
 }
 
-async fn create_tenant(
+/// Create a tenant; its first key is in the answer (the only time it is shown).
+#[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", request_body = NewTenant,
+    responses((status = 201, description = "The tenant and its first key", body = Object)),
+    security(("admin_token" = [])))]
+pub(crate) async fn create_tenant(
     req: HttpRequest,
     payload: web::Payload,
     state: State,
@@ -41,13 +45,20 @@ async fn create_tenant(
     Ok(HttpResponse::Created().json(issued))
 }
 
-async fn list_tenants(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+/// Every tenant, its limits and its key ids (never a secret).
+#[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin",
+    responses((status = 200, description = "Tenants", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn list_tenants(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
     authorize_admin(&state, &req)?;
     let tenants = state.tenants.list().map_err(store_error)?;
     Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": tenants })))
 }
 
-async fn add_key(
+/// Issue another key for a tenant.
+#[utoipa::path(post, path = "/admin/v1/tenants/{name}/keys", tag = "admin",
+    params(("name" = String, Path)),
+    responses((status = 201, description = "The new key", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn add_key(
     req: HttpRequest,
     path: web::Path<String>,
     state: State,
@@ -57,7 +68,11 @@ async fn add_key(
     Ok(HttpResponse::Created().json(issued))
 }
 
-async fn revoke_key(
+/// Revoke a key: refused from the next request on.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{name}/keys/{id}", tag = "admin",
+    params(("name" = String, Path), ("id" = String, Path)),
+    responses((status = 200, description = "Revoked", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn revoke_key(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: State,
@@ -73,7 +88,11 @@ fn limits_body(state: &State, name: &str, o: &LimitOverrides) -> serde_json::Val
     json!({ "tenant": name, "overrides": o, "effective": state.quotas.defaults.with(o) })
 }
 
-async fn get_limits(
+/// A tenant's limit overrides and the limits in force.
+#[utoipa::path(get, path = "/admin/v1/tenants/{name}/limits", tag = "admin",
+    params(("name" = String, Path)),
+    responses((status = 200, description = "Overrides and effective limits", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn get_limits(
     req: HttpRequest,
     path: web::Path<String>,
     state: State,
@@ -85,7 +104,11 @@ async fn get_limits(
 
 /// Replace the overrides: `{"max_concurrent_requests": 4, "tokens_per_minute": 20000}`; a
 /// field left out falls back to the configured default.
-async fn put_limits(
+/// Replace a tenant's limit overrides.
+#[utoipa::path(put, path = "/admin/v1/tenants/{name}/limits", tag = "admin",
+    params(("name" = String, Path)), request_body = crate::quota::LimitOverrides,
+    responses((status = 200, description = "Overrides and effective limits", body = Object)), security(("admin_token" = [])))]
+pub(crate) async fn put_limits(
     req: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
