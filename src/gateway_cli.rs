@@ -188,6 +188,55 @@ pub fn run_policy(which: PolicyCommand) -> Result<()> {
     Ok(())
 }
 
+#[derive(Args)]
+pub struct SoakArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The admin token (also SPECGATE_ADMIN_TOKEN): the soak creates its own tenants and
+    /// reads /metrics and the history.
+    #[arg(long, env = "SPECGATE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: String,
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    #[arg(long, default_value_t = 5.0)]
+    minutes: f64,
+    #[arg(long, default_value_t = 48)]
+    max_tokens: usize,
+    #[arg(long, default_value = "tests/fixtures/prompts")]
+    prompts: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where soak.md and soak.json go (git-ignored).
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+pub fn run_soak(args: SoakArgs) -> Result<()> {
+    let cfg = specgate::soak::SoakConfig {
+        url: args.url.trim_end_matches('/').to_string(),
+        admin_token: args.admin_token,
+        clients: args.clients.max(1),
+        duration: std::time::Duration::from_secs_f64(args.minutes.max(0.0) * 60.0),
+        max_tokens: args.max_tokens,
+        prompt_dir: args.prompts,
+        seed: args.seed,
+    };
+    let report = specgate::soak::soak(&cfg)?;
+    let md = report.markdown();
+    println!("{md}");
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("soak.md"), &md)?;
+    std::fs::write(
+        args.out.join("soak.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let problems = report.problems();
+    if !problems.is_empty() {
+        anyhow::bail!("the soak failed:\n- {}", problems.join("\n- "));
+    }
+    Ok(())
+}
+
 pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
     let cfg = specgate::loadgen::LoadgenConfig {
         url: args.url.trim_end_matches('/').to_string(),

@@ -25,6 +25,8 @@ pub mod prompts;
 pub mod quota;
 pub mod sequence;
 pub mod shadow;
+pub mod soak;
+pub mod soak_client;
 pub mod stop;
 pub mod strategy;
 pub mod telemetry;

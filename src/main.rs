@@ -35,6 +35,9 @@ enum Command {
     Generate(GenerateArgs),
     /// Load a running server with a mix of workload classes, speculation on and off.
     Loadgen(gateway_cli::LoadgenArgs),
+    /// Soak a running server: N clients for M minutes of mixed traffic, then check for 5xx,
+    /// leaked KV cache, lost history and memory growth (exit 1 on any).
+    Soak(gateway_cli::SoakArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -243,6 +246,7 @@ fn run() -> Result<()> {
         Command::Serve(args) => gateway_cli::run_serve(resolve_model(args.model.clone())?, args),
         Command::Policy { which } => gateway_cli::run_policy(which),
         Command::Loadgen(args) => gateway_cli::run_loadgen(args),
+        Command::Soak(args) => gateway_cli::run_soak(args),
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);

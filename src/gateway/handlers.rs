@@ -436,7 +436,18 @@ pub(crate) async fn ready(state: State) -> HttpResponse {
     security(("admin_token" = [])))]
 pub(crate) async fn metrics_text(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
     authorize_admin(&state, &req)?;
+    if let Some(bytes) = resident_memory_bytes() {
+        metrics::gauge!("specgate_process_resident_memory_bytes").set(bytes as f64);
+    }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render()))
+}
+
+/// The process's resident set size (Linux), for the RSS gauge.
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -1,0 +1,40 @@
+//! A short soak in the default test run (`SPECGATE_SOAK_SECS`, default 45): mixed tenants,
+//! classes, strategies, streaming, cancellations and bad requests, then no 5xx, no leaked KV
+//! cache, history equal to the usage clients got, memory stable. The long run is
+//! `specgate soak --minutes M` against a server (README).
+
+mod common;
+
+use std::time::Duration;
+
+use common::server::{Server, ADMIN};
+use specgate::soak::{soak, SoakConfig};
+
+#[test]
+fn a_short_soak_leaves_no_5xx_no_leak_and_no_lost_history() {
+    let s = Server::start(&["--history-flush-ms", "200", "--max-sequences", "8"]);
+    let secs: u64 = std::env::var("SPECGATE_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(45);
+    let cfg = SoakConfig {
+        url: s.base.clone(),
+        admin_token: ADMIN.into(),
+        clients: 6,
+        duration: Duration::from_secs(secs),
+        max_tokens: 32,
+        prompt_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/prompts").into(),
+        seed: 3,
+    };
+    let report = soak(&cfg).expect("the soak ran");
+    eprintln!("{}", report.markdown());
+    assert!(
+        report.problems().is_empty(),
+        "{:?}\n{report:#?}",
+        report.problems()
+    );
+    // It exercised what it claims to.
+    assert!(report.completed >= 10, "{report:#?}");
+    assert!(report.cancelled >= 1, "{report:#?}");
+    assert!(report.bad_requests >= 1, "{report:#?}");
+}
