@@ -344,3 +344,132 @@ fn kill_9_during_heavy_policy_and_history_writes_loses_no_acknowledged_edit() {
         "history was written"
     );
 }
+
+#[test]
+fn the_admin_token_is_never_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-secret-8c1f27d94e";
+    let log = dir.path().join("server.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--inject-faults",
+            "engine-panic-at-step=3",
+        ])
+        .arg("--model")
+        .arg(common::model_path())
+        .arg("--db")
+        .arg(dir.path().join("store"))
+        .env("SPECGATE_ADMIN_TOKEN", token)
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let base = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("specgate listening on "))
+        {
+            break l.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "no listen line: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let key = request(
+        "POST",
+        &format!("{base}/admin/v1/tenants"),
+        token,
+        Some(json!({"name": "t"})),
+    )
+    .1["api_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The token where it belongs, where it does not, and requests that fail and log.
+    request("GET", &format!("{base}/metrics"), token, None);
+    request(
+        "GET",
+        &format!("{base}/metrics"),
+        &format!("{token}x"),
+        None,
+    );
+    request("GET", &format!("{base}/v1/models"), token, None);
+    let body = json!({"model": "x", "messages": [{"role": "user", "content": token}]});
+    request(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        token,
+        Some(body),
+    );
+    let body = json!({"model": common::model_path().file_stem().unwrap().to_string_lossy(),
+                      "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20});
+    request(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        &key,
+        Some(body),
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("injected engine fault"),
+        "the engine fault logged: {logged}"
+    );
+    assert!(
+        !logged.contains(token),
+        "the admin token is in the log:\n{logged}"
+    );
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+        .args(["serve", "--help"])
+        .env("SPECGATE_ADMIN_TOKEN", token)
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&help.stdout).contains(token));
+}
+
+#[test]
+fn a_tenant_sees_none_of_another_tenants_metrics_history_policies_or_limits() {
+    let s = Server::start(&["--history-flush-ms", "50"]);
+    let (a, b) = (s.tenant("a"), s.tenant("b"));
+    assert_eq!(
+        chat_status(&s, &a, &chat_body(&s, "Say hello.", 4, json!({}))).0,
+        200
+    );
+    let get = |path: &str, key: &str| request("GET", &s.url(path), key, None).0;
+    assert_eq!(
+        get("/metrics", &b),
+        403,
+        "metrics carry every tenant's labels"
+    );
+    assert_eq!(get("/v1/analytics/routes?tenant=a", &b), 403);
+    assert_eq!(get("/admin/v1/policies/a/chat", &b), 403);
+    assert_eq!(get("/admin/v1/tenants/a/limits", &b), 403);
+    let (status, own) = request("GET", &s.url("/v1/analytics/routes"), &b, None);
+    assert_eq!(status, 200);
+    assert!(
+        own["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["tenant"] == "b"),
+        "{own}"
+    );
+    // The admin sees a's route, so the filter above had something to hide.
+    let (_, all) = s.admin("GET", "/v1/analytics/routes", None);
+    assert!(
+        all["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["tenant"] == "a"),
+        "{all}"
+    );
+}
