@@ -69,7 +69,7 @@ impl Drafter for FailingDrafter {
 
     fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
         self.calls += 1;
-        if self.calls % self.every == 0 {
+        if self.calls.is_multiple_of(self.every) {
             if (self.calls / self.every) % 2 == 1 {
                 panic!("injected drafter fault (proposal {})", self.calls);
             }
