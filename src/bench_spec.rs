@@ -110,6 +110,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         exit_layer: cfg.exit_layer,
         suffix_cache: None,
         seed: 0,
+        medusa_heads: None,
     };
     // Model drafters load weights once and serve every k. Suffix drafters get one cache per
     // k: a shared cache would hold this very prompt's output from the previous k's run and

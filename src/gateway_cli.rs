@@ -41,6 +41,9 @@ pub struct ServeArgs {
     /// A separate draft model (same vocabulary) for the `draft` strategy.
     #[arg(long)]
     draft_model: Option<PathBuf>,
+    /// Medusa heads for the `medusa` strategy (default: the shipped heads for the model).
+    #[arg(long)]
+    medusa_heads: Option<PathBuf>,
     #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
     /// Most tokens in one engine step (decode, verify and prefill rows together).
@@ -142,6 +145,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         port: args.port,
         admin_token: args.admin_token,
         draft_model: args.draft_model,
+        medusa_heads: args.medusa_heads,
         exit_layer: args.exit_layer,
         engine: specgate::engine::EngineConfig {
             max_batch_tokens: args.max_batch_tokens,

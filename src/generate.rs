@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use specgate_strategies::{Drafter, SamplingParams, SpecStats, TokenId};
 
-use crate::model::{LogitRows, Model, ModelError, SeqId};
+use crate::model::{BatchItem, ForwardOptions, LogitRows, Model, ModelError, SeqId};
 pub use crate::sequence::FinishReason;
 use crate::sequence::SequenceState;
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -129,17 +129,26 @@ pub fn generate_in(
         }
     };
     let start = Instant::now();
-    let first = model.forward_one(seq, prompt, LogitRows::Last)?;
-    emit(state.start(first.row(0, 0), tok)?);
+    let with_hidden = ForwardOptions {
+        hidden: true,
+        ..ForwardOptions::default()
+    };
+    let first = model.forward(&[item(seq, prompt, LogitRows::Last)], with_hidden)?;
+    emit(state.start(first.row(0, 0), first.item_hidden(0), tok)?);
     let prefill_time = start.elapsed();
     let start = Instant::now();
     let vocab = model.config().vocab_size;
     while !state.is_finished() {
         let round = state.propose(drafter, usize::MAX, vocab);
         let t = Instant::now();
-        let rows = model.forward_one(seq, &round.tokens, LogitRows::All)?; // [k + 1, vocab]
+        let verify = BatchItem {
+            tree: round.draft.parents.as_deref(),
+            ..item(seq, &round.tokens, LogitRows::All)
+        };
+        let rows = model.forward(&[verify], with_hidden)?;
         let verify_time = t.elapsed();
-        emit(state.settle(model, round, rows.item_logits(0), verify_time, drafter, tok)?);
+        let (logits, hidden) = (rows.item_logits(0), rows.item_hidden(0)); // [k + 1, vocab | hidden]
+        emit(state.settle(model, round, logits, hidden, verify_time, drafter, tok)?);
     }
     emit(state.finish(drafter, tok)?);
     let stats = state.stats.clone();
@@ -154,4 +163,13 @@ pub fn generate_in(
         prefill_time,
         decode_time: start.elapsed(),
     })
+}
+
+fn item(seq: SeqId, tokens: &[TokenId], logits: LogitRows) -> BatchItem<'_> {
+    BatchItem {
+        tree: None,
+        seq,
+        tokens,
+        logits,
+    }
 }

@@ -17,6 +17,7 @@ pub mod generate;
 pub mod history;
 pub mod loaded;
 pub mod loadgen;
+pub mod medusa_heads;
 pub mod model;
 pub mod model_drafter;
 pub mod policy_io;
@@ -31,5 +32,6 @@ pub mod stop;
 pub mod strategy;
 pub mod telemetry;
 pub mod tokenizer;
+pub mod train_heads;
 
 pub use specgate_strategies::{SamplingParams, TokenId};

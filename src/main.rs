@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 mod gateway_cli;
+mod train_cli;
 use serde_json::json;
 use specgate::chat::ChatMessage;
 use specgate::fetch::{default_model_path, ensure_default_model};
@@ -38,6 +39,8 @@ enum Command {
     /// Soak a running server: N clients for M minutes of mixed traffic, then check for 5xx,
     /// leaked KV cache, lost history and memory growth (exit 1 on any).
     Soak(gateway_cli::SoakArgs),
+    /// Train Medusa heads for the model by self-distillation (CPU), with a held-out report.
+    TrainHeads(train_cli::TrainHeadsArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -137,6 +140,9 @@ struct GenerateArgs {
     /// The draft model for --strategy draft (a GGUF with the target's vocabulary).
     #[arg(long)]
     draft_model: Option<PathBuf>,
+    /// Medusa heads' directory for --strategy medusa (default: the shipped heads).
+    #[arg(long)]
+    medusa_heads: Option<PathBuf>,
     /// Choose k each round (up to --k) from the measured acceptance and costs, plain
     /// decoding included.
     #[arg(long)]
@@ -190,6 +196,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         exit_layer: args.exit_layer,
         suffix_cache: None,
         seed: args.seed,
+        medusa_heads: args.medusa_heads.clone(),
     };
     let mut drafter = args.strategy.build(&cfg, &lm.tokenizer)?;
     let json = args.json;
@@ -247,6 +254,7 @@ fn run() -> Result<()> {
         Command::Policy { which } => gateway_cli::run_policy(which),
         Command::Loadgen(args) => gateway_cli::run_loadgen(args),
         Command::Soak(args) => gateway_cli::run_soak(args),
+        Command::TrainHeads(args) => train_cli::run(resolve_model(args.model.clone())?, args),
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);
@@ -286,6 +294,7 @@ fn run() -> Result<()> {
                     out,
                 },
         } => {
+            let model = resolve_model(model)?;
             if strategies.is_empty() {
                 strategies = vec![
                     StrategyKind::Ngram,
@@ -295,9 +304,13 @@ fn run() -> Result<()> {
                 if draft_model.is_some() {
                     strategies.push(StrategyKind::Draft);
                 }
+                let heads = specgate::medusa_heads::default_dir(&model);
+                if heads.join("heads.json").exists() {
+                    strategies.extend([StrategyKind::Medusa, StrategyKind::MedusaTree]);
+                }
             }
             let cfg = specgate::bench_spec::SpecBenchConfig {
-                model: resolve_model(model)?,
+                model,
                 prompt_dir: prompts,
                 strategies,
                 ks: k,

@@ -155,6 +155,7 @@ impl Drafter for ModelDrafter {
         let mut draft = Draft {
             tokens: Vec::with_capacity(k),
             q: Some(Vec::with_capacity(k)),
+            parents: None,
         };
         for i in 0..k {
             // q is shaped like the target's p: greedy → a point mass on the argmax.

@@ -11,7 +11,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use specgate_policies::AdaptiveK;
-use specgate_strategies::{verify, Draft, DraftContext, Drafter, SpecStats, TokenId};
+use specgate_strategies::{
+    verify, verify_tree_greedy, Draft, DraftContext, Drafter, SpecStats, TokenId,
+};
 
 use crate::generate::{GenerateError, GenerateParams};
 use crate::model::{Model, SeqId};
@@ -51,6 +53,9 @@ pub struct SequenceState {
     pub stats: SpecStats,
     /// Top-2 logit gap of the row each committed token came from (shadow checks only).
     gaps: Option<Vec<f32>>,
+    /// Final hidden state of the row that produced the pending token, when the caller ran
+    /// the target with hidden states ([hidden]; Medusa drafts from it).
+    hidden: Option<Vec<f32>>,
 }
 
 impl SequenceState {
@@ -73,6 +78,7 @@ impl SequenceState {
                 .then(|| AdaptiveK::new(params.max_draft_tokens, 0.5)),
             stats: SpecStats::default(),
             gaps: None,
+            hidden: None,
         }
     }
 
@@ -109,10 +115,16 @@ impl SequenceState {
         &self.text
     }
 
-    /// The first token, sampled from the prompt pass's last row ([vocab]); returns the text
-    /// it releases.
-    pub fn start(&mut self, last_row: &[f32], tok: &Tokenizer) -> Result<String, GenerateError> {
+    /// The first token, sampled from the prompt pass's last row ([vocab]; its hidden state
+    /// [hidden], or empty); returns the text it releases.
+    pub fn start(
+        &mut self,
+        last_row: &[f32],
+        last_hidden: &[f32],
+        tok: &Tokenizer,
+    ) -> Result<String, GenerateError> {
         let first = self.params.sampling.sample(last_row, &mut self.rng);
+        self.hidden = (!last_hidden.is_empty()).then(|| last_hidden.to_vec());
         if let Some(g) = self.gaps.as_mut() {
             g.push(top2_gap(last_row));
         }
@@ -136,6 +148,7 @@ impl SequenceState {
             tokens: &self.history,
             prompt_len: self.prompt_len,
             sampling: &self.params.sampling,
+            hidden: self.hidden.as_deref(),
         };
         let t = Instant::now();
         let draft = propose_checked(drafter, &ctx, k, vocab, &mut self.stats);
@@ -150,14 +163,16 @@ impl SequenceState {
         }
     }
 
-    /// Verify a round against the target's rows for it ([k + 1, vocab]), roll the cache back
-    /// to the accepted prefix, commit, and return the text released.
+    /// Verify a round against the target's rows for it (logits [k + 1, vocab], hidden states
+    /// [k + 1, hidden] or empty), roll the cache back to the accepted prefix, commit, and
+    /// return the text released.
     #[allow(clippy::too_many_arguments)]
     pub fn settle(
         &mut self,
         model: &mut Model,
         round: RoundInput,
         rows: &[f32],
+        hidden: &[f32],
         verify_time: Duration,
         drafter: &mut dyn Drafter,
         tok: &Tokenizer,
@@ -165,23 +180,51 @@ impl SequenceState {
         let vocab = model.config().vocab_size;
         let base = model.seq_len(self.seq).unwrap_or(0) - round.tokens.len();
         let draft = round.draft;
-        let verdict = verify(&draft, rows, vocab, &self.params.sampling, &mut self.rng);
-        // Rejected drafts leave the cache; `verdict.next` is not in it yet.
-        model.truncate(self.seq, base + 1 + verdict.accepted)?;
+        // The pass's rows behind the committed tokens: the accepted path, then `next`'s.
+        let (committed, used_rows, judged) = match draft.as_tree() {
+            Some(tree) => {
+                let v = verify_tree_greedy(&tree, rows, vocab);
+                let used: Vec<usize> = std::iter::once(0)
+                    .chain(v.path.iter().map(|n| n + 1))
+                    .collect();
+                // The path's keys and values move into place; other branches leave.
+                model.keep_rows(self.seq, base, &used)?;
+                let mut c: Vec<TokenId> = v.path.iter().map(|&n| tree.tokens[n]).collect();
+                c.push(v.next);
+                (c, used, tree.max_depth())
+            }
+            None => {
+                let v = verify(&draft, rows, vocab, &self.params.sampling, &mut self.rng);
+                // Rejected drafts leave the cache; `v.next` is not in it yet.
+                model.truncate(self.seq, base + 1 + v.accepted)?;
+                let mut c = draft.tokens[..v.accepted].to_vec();
+                c.push(v.next);
+                (c, (0..=v.accepted).collect(), draft.len())
+            }
+        };
+        let accepted = committed.len() - 1;
         self.stats
-            .record_round(draft.len(), verdict.accepted, round.draft_time, verify_time);
+            .record_round(judged, accepted, round.draft_time, verify_time);
         if let Some(c) = self.controller.as_mut() {
             c.observe(
-                draft.len(),
-                verdict.accepted,
+                judged,
+                accepted,
                 round.draft_time.as_secs_f64(),
                 verify_time.as_secs_f64(),
             );
         }
-        let mut committed = draft.tokens[..verdict.accepted].to_vec();
-        committed.push(verdict.next);
+        // `next` came from the last used row: its hidden state drafts the next round.
+        let width = model.config().hidden;
+        let last = used_rows[accepted];
+        self.hidden = hidden
+            .get(last * width..(last + 1) * width)
+            .map(<[f32]>::to_vec);
         if let Some(g) = self.gaps.as_mut() {
-            g.extend((0..committed.len()).map(|j| top2_gap(&rows[j * vocab..(j + 1) * vocab])));
+            g.extend(
+                used_rows
+                    .iter()
+                    .map(|&j| top2_gap(&rows[j * vocab..(j + 1) * vocab])),
+            );
         }
         let released = self.commit(&committed, tok)?;
         if self.finish.is_some() {
@@ -195,9 +238,10 @@ impl SequenceState {
             tokens: &self.history,
             prompt_len: self.prompt_len,
             sampling: &self.params.sampling,
+            hidden: self.hidden.as_deref(),
         };
-        drafter.on_commit(&ctx, verdict.accepted);
-        self.pending = Some(verdict.next);
+        drafter.on_commit(&ctx, accepted);
+        self.pending = committed.last().copied();
         Ok(released)
     }
 
@@ -248,6 +292,9 @@ impl SequenceState {
     }
 }
 
+/// Most nodes a candidate tree may have (its verify pass has one row more).
+pub const MAX_TREE_NODES: usize = 64;
+
 /// Ask the drafter for up to k tokens. An error, a panic or a malformed draft (a token
 /// outside the vocabulary, a q row of the wrong size) becomes an empty draft, so the round
 /// runs as plain decoding, and is counted.
@@ -268,6 +315,20 @@ fn propose_checked(
                 .is_none_or(|q| q.len() == d.tokens.len() && q.iter().all(|r| r.len() == vocab))
     };
     match catch_unwind(AssertUnwindSafe(|| drafter.propose(ctx, k))) {
+        Ok(Ok(d)) if d.parents.is_some() => {
+            // A tree: greedy only (its verification follows the argmax), well formed, bounded.
+            let ok = ctx.sampling.is_greedy()
+                && d.q.is_none()
+                && d.len() <= MAX_TREE_NODES
+                && d.tokens.iter().all(|&t| (t as usize) < vocab)
+                && d.as_tree()
+                    .is_some_and(|t| t.is_well_formed() && t.max_depth() <= k);
+            if ok {
+                return d;
+            }
+            stats.drafter_failures += 1;
+            Draft::empty()
+        }
         Ok(Ok(mut d)) => {
             d.tokens.truncate(k);
             if let Some(q) = d.q.as_mut() {

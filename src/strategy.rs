@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 pub use specgate_strategies::StrategyKind;
 use specgate_strategies::{
-    Drafter, NgramDrafter, PlainDrafter, SharedSuffixCache, SuffixDrafter, UnknownStrategy,
+    Drafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedSuffixCache, SuffixDrafter,
+    UnknownStrategy,
 };
 
 use crate::model_drafter::{DraftModelError, ModelDrafter};
@@ -18,6 +19,8 @@ pub enum StrategyError {
     NoDraftModel,
     #[error(transparent)]
     DraftModel(#[from] DraftModelError),
+    #[error("medusa heads: {0}")]
+    Medusa(#[from] crate::medusa_heads::MedusaError),
 }
 
 /// What building a drafter may need beyond its kind.
@@ -30,6 +33,8 @@ pub struct DrafterConfig {
     /// Earlier requests' text for suffix drafting (one scope: a process, later a tenant).
     pub suffix_cache: Option<SharedSuffixCache>,
     pub seed: u64,
+    /// Medusa heads' directory (default: the shipped heads for the target).
+    pub medusa_heads: Option<PathBuf>,
 }
 
 /// Suffix drafting: contexts up to 8 tokens, stop when the score falls under 0.3.
@@ -70,6 +75,30 @@ impl BuildDrafter for StrategyKind {
                 cfg.exit_layer,
                 cfg.seed,
             )?),
+            StrategyKind::Medusa | StrategyKind::MedusaTree => {
+                let dir = cfg
+                    .medusa_heads
+                    .clone()
+                    .unwrap_or_else(|| crate::medusa_heads::default_dir(&cfg.target_path));
+                let b = crate::medusa_heads::load(&dir, &cfg.target_path)?;
+                Box::new(medusa_drafter(self, &b, cfg.seed))
+            }
         })
+    }
+}
+
+/// Nodes of a Medusa candidate tree (its verify pass has one row more).
+pub const MEDUSA_TREE_NODES: usize = 16;
+
+/// A Medusa drafter over loaded heads: `medusa-tree` drafts trees for greedy requests.
+pub fn medusa_drafter(
+    kind: StrategyKind,
+    b: &crate::medusa_heads::MedusaBundle,
+    seed: u64,
+) -> MedusaDrafter {
+    let d = MedusaDrafter::new(b.heads.clone(), b.lm_head.clone(), seed);
+    match kind {
+        StrategyKind::MedusaTree => d.with_tree(MEDUSA_TREE_NODES),
+        _ => d,
     }
 }

@@ -75,6 +75,7 @@ fn each_sequence_of_a_ragged_batch_gets_its_own_logits() {
         .iter()
         .zip(&ids)
         .map(|(&seq, t)| BatchItem {
+            tree: None,
             seq,
             tokens: t,
             logits: LogitRows::All,
@@ -95,11 +96,13 @@ fn each_sequence_of_a_ragged_batch_gets_its_own_logits() {
     // A second ragged step: decode one token for seq 0, verify 3 for seq 1, nothing for seq 2.
     let step = [
         BatchItem {
+            tree: None,
             seq: seqs[0],
             tokens: &[11],
             logits: LogitRows::Last,
         },
         BatchItem {
+            tree: None,
             seq: seqs[1],
             tokens: &[288, 5, 9],
             logits: LogitRows::All,
@@ -155,6 +158,7 @@ fn early_exit_and_hidden_states() {
         hidden: true,
     };
     let items = [BatchItem {
+        tree: None,
         seq: s,
         tokens: &ids,
         logits: LogitRows::All,
@@ -198,11 +202,13 @@ fn bad_batches_are_refused_without_touching_caches() {
     );
     let twice = [
         BatchItem {
+            tree: None,
             seq: s,
             tokens: &[4],
             logits: LogitRows::Last,
         },
         BatchItem {
+            tree: None,
             seq: s,
             tokens: &[5],
             logits: LogitRows::Last,

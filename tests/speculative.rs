@@ -42,6 +42,7 @@ fn drafters(lm: &specgate::loaded::LoadedModel) -> Vec<(StrategyKind, BoxedDraft
         exit_layer: DEFAULT_EXIT_LAYER,
         suffix_cache: Some(Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)))),
         seed: 0,
+        medusa_heads: None,
     };
     StrategyKind::ALL
         .into_iter()

@@ -134,8 +134,17 @@ impl Learner {
             state.incumbent = None;
             return SpecPlan::PLAIN;
         }
-        let mut candidates: Vec<((StrategyKind, usize), f64)> =
-            vec![((StrategyKind::Plain, 0), 1.0)];
+        // A fixed k is the admin's choice: plain decoding competes only when the policy allows
+        // it by name (load still shrinks k in the engine). Otherwise plain is always a
+        // candidate, so nothing runs that is not expected to win.
+        let fixed = limits.k_min == limits.k_max
+            && !limits.allowed.contains(&StrategyKind::Plain)
+            && limits.allowed.iter().any(|s| *s != StrategyKind::Plain);
+        let mut candidates: Vec<((StrategyKind, usize), f64)> = if fixed {
+            Vec::new()
+        } else {
+            vec![((StrategyKind::Plain, 0), 1.0)]
+        };
         for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
             let arm = state.arms.get(&s).copied().unwrap_or_default();
             let alpha = if limits.explore {
@@ -149,10 +158,14 @@ impl Learner {
                 candidates.push(((s, k), v));
             }
         }
+        let Some(&first) = candidates.first() else {
+            state.incumbent = None;
+            return SpecPlan::PLAIN;
+        };
         let best = candidates
             .iter()
             .copied()
-            .fold(candidates[0], |b, x| if x.1 > b.1 { x } else { b });
+            .fold(first, |b, x| if x.1 > b.1 { x } else { b });
         let keep = state.incumbent.and_then(|inc| {
             candidates
                 .iter()

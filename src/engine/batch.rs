@@ -148,6 +148,7 @@ impl Engine {
             .iter()
             .map(|w| match w {
                 Work::Round(i, round) => BatchItem {
+                    tree: round.draft.parents.as_deref(),
                     seq: self.live[*i].state.seq,
                     tokens: &round.tokens,
                     logits: LogitRows::All,
@@ -156,6 +157,7 @@ impl Engine {
                     let l = &self.live[*i];
                     let done = l.prefilled + n == l.state.prompt().len();
                     BatchItem {
+                        tree: None,
                         seq: l.state.seq,
                         tokens: &l.state.prompt()[l.prefilled..l.prefilled + n],
                         logits: if done {
@@ -169,7 +171,12 @@ impl Engine {
             .collect();
         let batch_tokens: usize = items.iter().map(|it| it.tokens.len()).sum();
         let t = Instant::now();
-        let result = self.lm.model.forward(&items, ForwardOptions::default());
+        // Hidden states too: Medusa drafts from them (a copy of the rows, nothing more).
+        let opts = ForwardOptions {
+            hidden: true,
+            ..ForwardOptions::default()
+        };
+        let result = self.lm.model.forward(&items, opts);
         let pass = t.elapsed();
         metrics::histogram!("specgate_batch_tokens").record(batch_tokens as f64);
         metrics::histogram!("specgate_batch_sequences").record(work.len() as f64);
@@ -194,6 +201,7 @@ impl Engine {
                         &mut self.lm.model,
                         round,
                         out.item_logits(slot),
+                        out.item_hidden(slot),
                         pass,
                         &mut *l.sub.drafter,
                         &self.lm.tokenizer,
@@ -206,7 +214,8 @@ impl Engine {
                     if l.prefilled < l.state.prompt().len() {
                         continue;
                     }
-                    (i, l.state.start(out.row(slot, 0), &self.lm.tokenizer))
+                    let (row, hidden) = (out.row(slot, 0), out.item_hidden(slot));
+                    (i, l.state.start(row, hidden, &self.lm.tokenizer))
                 }
             };
             if self.deliver(i, outcome) {
@@ -256,7 +265,12 @@ impl Engine {
     fn reservation(&self, sub: &Submission) -> usize {
         let cfg = self.lm.model.config();
         let per_token = cfg.n_layers * cfg.kv_width() * 2 * 2;
-        (sub.prompt.len() + sub.params.max_tokens + sub.plan.k + 1) * per_token
+        // A round's drafts: k in a chain, up to a whole candidate tree for medusa-tree.
+        let drafts = match sub.plan.strategy {
+            specgate_strategies::StrategyKind::MedusaTree => crate::sequence::MAX_TREE_NODES,
+            _ => sub.plan.k,
+        };
+        (sub.prompt.len() + sub.params.max_tokens + drafts + 1) * per_token
     }
 
     /// This step's work: every decoding sequence's round first (latency), then prompt chunks

@@ -24,6 +24,7 @@ use super::strategy_actor::StrategyActor;
 use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::loaded::{LoadError, LoadedModel};
+use crate::medusa_heads::MedusaBundle;
 use crate::model_drafter::{DraftModelError, ModelDrafter};
 use crate::policy_store::PolicyStore;
 
@@ -33,6 +34,8 @@ pub enum ServeError {
     Load(#[from] LoadError),
     #[error("loading a draft model: {0}")]
     DraftModel(#[from] DraftModelError),
+    #[error("loading Medusa heads: {0}")]
+    Medusa(#[from] crate::medusa_heads::MedusaError),
     #[error("opening the store: {0}")]
     Store(#[from] sled::Error),
     #[error("migrating the store: {0}")]
@@ -55,6 +58,8 @@ pub struct ServeConfig {
     pub port: u16,
     pub admin_token: Option<String>,
     pub draft_model: Option<PathBuf>,
+    /// Medusa heads' directory (default: the shipped heads for the model, if any).
+    pub medusa_heads: Option<PathBuf>,
     pub exit_layer: usize,
     pub engine: EngineConfig,
     pub max_tokens_limit: usize,
@@ -112,18 +117,22 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             ModelDrafter::load_separate(path, &tokenizer)?,
         );
     }
+    let medusa = load_medusa(&cfg)?;
     let engine = EngineHandle::start(lm, cfg.engine.clone())?;
     let available: Vec<StrategyKind> = StrategyKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, StrategyKind::Draft) || models.contains_key(k))
+        .filter(|k| match k {
+            StrategyKind::Draft => models.contains_key(k),
+            StrategyKind::Medusa | StrategyKind::MedusaTree => medusa.is_some(),
+            _ => true,
+        })
         .collect();
     let strategies: HashMap<_, _> = available
         .iter()
         .map(|&k| {
-            (
-                k,
-                StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults).start(),
-            )
+            let actor = StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults)
+                .with_medusa(medusa.clone());
+            (k, actor.start())
         })
         .collect();
     let policies = PolicyStore::open(&db)?;
@@ -191,6 +200,25 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     db.flush()?;
     eprintln!("specgate: stopped");
     Ok(())
+}
+
+/// Heads given with `--medusa-heads` must load; the shipped default heads are used when they
+/// exist and match the model, and otherwise the `medusa` strategy is simply unavailable.
+fn load_medusa(cfg: &ServeConfig) -> Result<Option<MedusaBundle>, ServeError> {
+    if let Some(dir) = &cfg.medusa_heads {
+        return Ok(Some(crate::medusa_heads::load(dir, &cfg.model)?));
+    }
+    let dir = crate::medusa_heads::default_dir(&cfg.model);
+    if !dir.join("heads.json").exists() {
+        return Ok(None);
+    }
+    match crate::medusa_heads::load(&dir, &cfg.model) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) => {
+            eprintln!("specgate: medusa unavailable: {e}");
+            Ok(None)
+        }
+    }
 }
 
 /// On SIGTERM or SIGINT: turn not-ready and refuse new requests (503), stop accepting

@@ -11,6 +11,7 @@ use specgate_strategies::{
 };
 
 use crate::faults::Faults;
+use crate::medusa_heads::MedusaBundle;
 use crate::model_drafter::{ModelDrafter, SharedModel};
 use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
 
@@ -21,6 +22,7 @@ pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
 pub struct StrategyActor {
     pub kind: StrategyKind,
     pub draft_model: Option<SharedModel>,
+    medusa: Option<MedusaBundle>,
     suffix_caches: HashMap<String, SharedSuffixCache>,
     faults: Faults,
 }
@@ -30,9 +32,16 @@ impl StrategyActor {
         Self {
             kind,
             draft_model,
+            medusa: None,
             suffix_caches: HashMap::new(),
             faults,
         }
+    }
+
+    /// The heads the `medusa` strategy drafts with.
+    pub fn with_medusa(mut self, bundle: Option<MedusaBundle>) -> Self {
+        self.medusa = bundle;
+        self
     }
 
     /// A drafter for one request of `tenant`: the suffix strategy drafts from that tenant's
@@ -65,6 +74,13 @@ impl StrategyActor {
                     .ok_or_else(|| format!("no model loaded for strategy {}", self.kind))?;
                 let name = self.kind.name();
                 Box::new(ModelDrafter::for_sequence(name, model, seed).map_err(|e| e.to_string())?)
+            }
+            StrategyKind::Medusa | StrategyKind::MedusaTree => {
+                let b = self
+                    .medusa
+                    .as_ref()
+                    .ok_or_else(|| "no Medusa heads loaded".to_string())?;
+                Box::new(crate::strategy::medusa_drafter(self.kind, b, seed))
             }
         };
         Ok(self.faults.wrap(drafter))
@@ -105,6 +121,7 @@ mod tests {
             tokens,
             prompt_len: tokens.len(),
             sampling: &sp,
+            hidden: None,
         };
         d.propose(&ctx, 8).map(|d| d.tokens).unwrap_or_default()
     }

@@ -30,6 +30,11 @@ impl Model {
         };
         let q_width = cfg.n_heads * cfg.head_dim;
         let kv_width = cfg.kv_width();
+        // Tree items: each row's position (start + depth) and the rows it may see.
+        let trees: Vec<Option<TreeLayout>> = items
+            .iter()
+            .map(|it| it.tree.map(TreeLayout::new))
+            .collect();
         let mut xn = vec![0.0f32; total * hidden];
         let mut attn = vec![0.0f32; total * q_width];
         for (l, layer) in self.weights.layers[..depth].iter().enumerate() {
@@ -39,14 +44,15 @@ impl Model {
                 return Err(ModelError::Invalid("Q/K/V projection lost a part".into()));
             }; // q: [total, q_width], k and v: [total, kv_width]
             let mut row = 0;
-            for (it, &start) in items.iter().zip(&starts) {
+            for ((it, &start), tree) in items.iter().zip(&starts).zip(&trees) {
                 let n = it.tokens.len();
                 for i in 0..n {
                     let r = row + i;
+                    let pos = start + tree.as_ref().map_or(i, |t| t.depth[i]);
                     self.rope
-                        .apply(&mut q[r * q_width..][..q_width], cfg.head_dim, start + i);
+                        .apply(&mut q[r * q_width..][..q_width], cfg.head_dim, pos);
                     self.rope
-                        .apply(&mut k[r * kv_width..][..kv_width], cfg.head_dim, start + i);
+                        .apply(&mut k[r * kv_width..][..kv_width], cfg.head_dim, pos);
                 }
                 let cache = self
                     .caches
@@ -55,13 +61,14 @@ impl Model {
                 let rows = row * kv_width..(row + n) * kv_width;
                 cache.append(l, &k[rows.clone()], &v[rows]);
                 let (keys, values) = cache.layer(l);
-                causal_attention(
-                    shape,
+                let (q_rows, out) = (
                     &q[row * q_width..(row + n) * q_width],
-                    keys,
-                    values,
                     &mut attn[row * q_width..(row + n) * q_width],
                 );
+                match tree {
+                    None => causal_attention(shape, q_rows, keys, values, out),
+                    Some(t) => tree_attention(shape, q_rows, keys, values, &t.visible, out),
+                }
                 row += n;
             }
             add_in_place(&mut x, &layer.wo.forward(&attn)?);
@@ -146,6 +153,20 @@ impl Model {
                     it.seq
                 )));
             }
+            if let Some(parents) = it.tree {
+                let well_formed = parents.len() + 1 == it.tokens.len()
+                    && parents
+                        .iter()
+                        .enumerate()
+                        .all(|(i, p)| p.is_none_or(|p| p < i));
+                if !well_formed {
+                    return Err(ModelError::Invalid(format!(
+                        "sequence {:?}: a tree's parents must precede their children, one per \
+                         token after the first",
+                        it.seq
+                    )));
+                }
+            }
             if len + it.tokens.len() > limit {
                 return Err(ModelError::ContextOverflow {
                     needed: len + it.tokens.len(),
@@ -174,4 +195,26 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 
 fn add_in_place(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+/// A tree item's layout: row 0 is the pending token, row 1 + i node i.
+struct TreeLayout {
+    depth: Vec<usize>,        // per row: 0 for the pending token
+    visible: Vec<Vec<usize>>, // per row: the rows it sees
+}
+
+impl TreeLayout {
+    fn new(parents: &[Option<usize>]) -> Self {
+        let tree = specgate_strategies::DraftTree {
+            tokens: vec![0; parents.len()],
+            parents: parents.to_vec(),
+        };
+        let rows = parents.len() + 1;
+        Self {
+            depth: (0..rows)
+                .map(|r| if r == 0 { 0 } else { tree.depth(r - 1) })
+                .collect(),
+            visible: (0..rows).map(|r| tree.visible_rows(r)).collect(),
+        }
+    }
 }

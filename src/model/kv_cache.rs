@@ -47,6 +47,22 @@ impl KvCache {
         }
     }
 
+    /// Keep, after position `base`, only the rows at offsets `keep` (increasing, relative to
+    /// `base`), moved to `base`, `base + 1`, …: a verified tree's accepted path becomes the
+    /// sequence's next positions and everything else leaves.
+    pub fn keep(&mut self, base: usize, keep: &[usize]) {
+        let w = self.width;
+        for buf in self.keys.iter_mut().chain(&mut self.values) {
+            for (j, &r) in keep.iter().enumerate() {
+                let (from, to) = ((base + r) * w, (base + j) * w);
+                if from != to && from + w <= buf.len() {
+                    buf.copy_within(from..from + w, to);
+                }
+            }
+            buf.truncate((base + keep.len()) * w);
+        }
+    }
+
     /// Append rows for one layer. `k`, `v`: [rows, width].
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         self.keys[layer].extend(k.iter().map(|&x| f16::from_f32(x)));
@@ -68,6 +84,24 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_moves_the_accepted_rows_into_place_and_drops_the_rest() {
+        let mut c = KvCache::new(2, 1);
+        for layer in 0..2 {
+            let rows: Vec<f32> = (0..7).map(|x| x as f32).collect();
+            c.append(layer, &rows, &rows);
+        }
+        // Base 2: keep offsets 0 (the pending token), 2 and 4.
+        c.keep(2, &[0, 2, 4]);
+        for layer in 0..2 {
+            let (k, v) = c.layer(layer);
+            let got: Vec<f32> = k.iter().map(|x| x.to_f32()).collect();
+            assert_eq!(got, vec![0.0, 1.0, 2.0, 4.0, 6.0]);
+            assert_eq!(k, v);
+        }
+        assert_eq!(c.len(), 5);
+    }
 
     #[test]
     fn truncate_keeps_the_prefix() {

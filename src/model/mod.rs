@@ -18,14 +18,15 @@ use std::path::Path;
 
 pub use config::ModelConfig;
 pub use kv_cache::KvCache;
+pub use linear::Linear;
 pub use linear::MatmulBackend;
 use specgate_strategies::TokenId;
-pub use weights::read_header;
+pub use weights::{load_lm_head, read_header};
 
 /// GGUF key-value metadata.
 pub type GgufMetadata = HashMap<String, candle_core::quantized::gguf_file::Value>;
 
-use attention::{causal_attention, AttnShape};
+use attention::{causal_attention, tree_attention, AttnShape};
 use rope::Rope;
 use weights::Weights;
 
@@ -72,6 +73,10 @@ pub struct BatchItem<'a> {
     pub seq: SeqId,
     pub tokens: &'a [TokenId],
     pub logits: LogitRows,
+    /// A candidate tree: `tokens[1 + i]` hangs under `tokens[1 + parents[i]]` (None: under
+    /// `tokens[0]`, the pending token). Rows then see only their ancestors, positions follow
+    /// depth, and the caller keeps the accepted path with [`Model::keep_rows`].
+    pub tree: Option<&'a [Option<usize>]>,
 }
 
 /// How deep a forward runs and what it returns beyond logits.
@@ -179,6 +184,17 @@ impl Model {
     }
 
     /// Roll a sequence back to `len` tokens (rejected drafts leave the cache).
+    /// After a tree pass appended at `base`: keep only the rows at offsets `keep` (increasing),
+    /// moved into consecutive positions from `base`.
+    pub fn keep_rows(&mut self, seq: SeqId, base: usize, keep: &[usize]) -> Result<(), ModelError> {
+        let cache = self
+            .caches
+            .get_mut(&seq)
+            .ok_or(ModelError::UnknownSequence(seq))?;
+        cache.keep(base, keep);
+        Ok(())
+    }
+
     pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), ModelError> {
         let cache = self
             .caches
@@ -215,6 +231,7 @@ impl Model {
         rows: LogitRows,
     ) -> Result<BatchOutput, ModelError> {
         let item = BatchItem {
+            tree: None,
             seq,
             tokens,
             logits: rows,

@@ -123,3 +123,22 @@ pub fn load(
         weights,
     })
 }
+
+/// Only the LM head of a GGUF (its `output.weight`, or the tied token embedding) and the
+/// config: what Medusa heads need of the target, without loading its layers.
+pub fn load_lm_head(
+    path: &Path,
+    backend: MatmulBackend,
+) -> Result<(Linear, ModelConfig), ModelError> {
+    let (content, mut reader) = read_header(path)?;
+    let config = ModelConfig::from_metadata(&content.metadata)?;
+    let name = if content.tensor_infos.contains_key("output.weight") {
+        "output.weight"
+    } else {
+        "token_embd.weight"
+    };
+    let t = content
+        .tensor(&mut reader, name, &Device::Cpu)
+        .map_err(|e| ModelError::Format(format!("tensor {name} in {}: {e}", path.display())))?;
+    Ok((Linear::new(t, backend)?, config))
+}

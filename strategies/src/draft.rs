@@ -9,6 +9,10 @@ use crate::{SamplingParams, TokenId};
 pub struct Draft {
     pub tokens: Vec<TokenId>,
     pub q: Option<Vec<Vec<f32>>>,
+    /// A candidate tree instead of a chain: token i hangs under `parents[i]` (None: right
+    /// after the pending token); see [`crate::tree`]. Trees are deterministic (no q) and are
+    /// verified greedily.
+    pub parents: Option<Vec<Option<usize>>>,
 }
 
 impl Draft {
@@ -17,7 +21,28 @@ impl Draft {
     }
 
     pub fn deterministic(tokens: Vec<TokenId>) -> Self {
-        Self { tokens, q: None }
+        Self {
+            tokens,
+            q: None,
+            parents: None,
+        }
+    }
+
+    /// A candidate tree (greedy requests only).
+    pub fn tree(tree: crate::tree::DraftTree) -> Self {
+        Self {
+            tokens: tree.tokens,
+            q: None,
+            parents: Some(tree.parents),
+        }
+    }
+
+    /// The tree this draft is, if it is one.
+    pub fn as_tree(&self) -> Option<crate::tree::DraftTree> {
+        self.parents.as_ref().map(|p| crate::tree::DraftTree {
+            tokens: self.tokens.clone(),
+            parents: p.clone(),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -37,6 +62,9 @@ pub struct DraftContext<'a> {
     pub tokens: &'a [TokenId],
     pub prompt_len: usize,
     pub sampling: &'a SamplingParams,
+    /// The target's final (normed) hidden state of the row that produced the last token
+    /// ([hidden]), when the caller ran the target with hidden states (Medusa heads use it).
+    pub hidden: Option<&'a [f32]>,
 }
 
 /// A drafter failed; the caller falls back to plain decoding for the round and counts it.

@@ -11,20 +11,27 @@ pub enum StrategyKind {
     Suffix,
     Draft,
     EarlyExit,
+    Medusa,
+    /// Medusa heads with candidate trees for greedy requests (chains when sampling).
+    MedusaTree,
 }
 
 /// A strategy name nobody knows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown strategy {0:?} (known: plain, ngram, suffix, draft, early-exit)")]
+#[error(
+    "unknown strategy {0:?} (known: plain, ngram, suffix, draft, early-exit, medusa, medusa-tree)"
+)]
 pub struct UnknownStrategy(pub String);
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 5] = [
+    pub const ALL: [StrategyKind; 7] = [
         StrategyKind::Plain,
         StrategyKind::Ngram,
         StrategyKind::Suffix,
         StrategyKind::Draft,
         StrategyKind::EarlyExit,
+        StrategyKind::Medusa,
+        StrategyKind::MedusaTree,
     ];
 
     pub fn name(self) -> &'static str {
@@ -34,6 +41,8 @@ impl StrategyKind {
             Self::Suffix => "suffix",
             Self::Draft => "draft",
             Self::EarlyExit => "early-exit",
+            Self::Medusa => "medusa",
+            Self::MedusaTree => "medusa-tree",
         }
     }
 
@@ -70,8 +79,8 @@ mod tests {
             assert_eq!(k.name().parse::<StrategyKind>(), Ok(k));
         }
         assert_eq!(
-            "medusa".parse::<StrategyKind>(),
-            Err(UnknownStrategy("medusa".into()))
+            "eagle".parse::<StrategyKind>(),
+            Err(UnknownStrategy("eagle".into()))
         );
     }
 }

@@ -3,10 +3,12 @@
 
 pub mod draft;
 pub mod kind;
+pub mod medusa;
 pub mod ngram;
 pub mod sampling;
 pub mod stats;
 pub mod suffix;
+pub mod tree;
 pub mod verify;
 
 /// A token id in the target model's vocabulary.
@@ -14,8 +16,10 @@ pub type TokenId = u32;
 
 pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
+pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, predicted_speedup, SpecStats};
 pub use suffix::{SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex};
+pub use tree::{build_tree, verify_tree_greedy, DraftTree, TreeVerdict};
 pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

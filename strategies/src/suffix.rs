@@ -223,6 +223,7 @@ mod tests {
             tokens,
             prompt_len: tokens.len(),
             sampling: &sp,
+            hidden: None,
         };
         d.propose(&ctx, k).unwrap().tokens
     }

@@ -86,6 +86,7 @@ fn speculative_sequence(k: usize, verifier: Verifier, rng: &mut ChaCha8Rng) -> V
         let mut draft = Draft {
             tokens: vec![],
             q: Some(vec![]),
+            parents: None,
         };
         let mut ctx = seq.clone();
         for _ in 0..k {
@@ -220,6 +221,7 @@ fn tokens_per_pass_follow_the_formula() {
             let draft = Draft {
                 tokens: tokens_k,
                 q: Some(vec![q.clone(); k]),
+                parents: None,
             };
             let rows: Vec<f32> = (0..=k).flat_map(|_| p_logits).collect();
             let v = verify(&draft, &rows, 3, &sp, &mut rng);

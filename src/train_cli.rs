@@ -1,0 +1,193 @@
+//! `specgate train-heads`: the command around `specgate::train_heads` — prompts in, heads and
+//! a training report out, resumable from its work directory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use clap::Args;
+use specgate::chat::ChatMessage;
+use specgate::loaded::LoadedModel;
+use specgate::medusa_heads::{self, HeadsConfig};
+use specgate::train_heads::{self, HeadsData, TrainReport, Trainer};
+
+#[derive(Args)]
+pub struct TrainHeadsArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// JSON lines with a "prompt" field (run through the chat template).
+    #[arg(long, default_value = "strategies/data/medusa/train_prompts.jsonl")]
+    prompts: PathBuf,
+    /// Where the heads go (default: strategies/data/medusa/<model file stem>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Generated data and checkpoints (resumable; git-ignored).
+    #[arg(long, default_value = "target/medusa-train")]
+    work: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    #[arg(long, default_value_t = 160)]
+    max_new_tokens: usize,
+    #[arg(long, default_value_t = 1200)]
+    steps: usize,
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Every n-th sequence is held out for the accuracy report.
+    #[arg(long, default_value_t = 8)]
+    holdout_every: usize,
+    /// Start over instead of resuming from the work directory.
+    #[arg(long)]
+    fresh: bool,
+}
+
+fn read_prompts(path: &Path, lm: &LoadedModel) -> Result<Vec<Vec<u32>>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("line {}", i + 1))?;
+        let prompt = v["prompt"]
+            .as_str()
+            .with_context(|| format!("line {}: no \"prompt\"", i + 1))?;
+        let chat = lm.chat_prompt(&[ChatMessage {
+            role: "user".into(),
+            content: prompt.into(),
+        }])?;
+        out.push(lm.tokenizer.encode(&chat)?);
+    }
+    Ok(out)
+}
+
+fn save_data(path: &Path, train: &HeadsData, held: &HeadsData) -> Result<()> {
+    let mut map = std::collections::HashMap::new();
+    for (name, d) in [("train", train), ("held", held)] {
+        let n = d.len();
+        map.insert(
+            format!("{name}.hidden"),
+            Tensor::from_slice(&d.hidden, (n, d.dim), &Device::Cpu)?,
+        );
+        map.insert(
+            format!("{name}.labels"),
+            Tensor::from_slice(&d.labels, (n, d.heads), &Device::Cpu)?,
+        );
+    }
+    candle_core::safetensors::save(&map, path)?;
+    Ok(())
+}
+
+fn load_data(path: &Path) -> Result<(HeadsData, HeadsData)> {
+    let t = candle_core::safetensors::load(path, &Device::Cpu)?;
+    let get = |name: &str| -> Result<HeadsData> {
+        let h = t.get(&format!("{name}.hidden")).context("hidden")?;
+        let l = t.get(&format!("{name}.labels")).context("labels")?;
+        Ok(HeadsData {
+            dim: h.dims()[1],
+            heads: l.dims()[1],
+            hidden: h.flatten_all()?.to_vec1()?,
+            labels: l.flatten_all()?.to_vec1()?,
+        })
+    };
+    Ok((get("train")?, get("held")?))
+}
+
+pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
+    let log = &mut std::io::stderr();
+    std::fs::create_dir_all(&args.work)?;
+    let data_path = args.work.join("data.safetensors");
+    let ckpt = args.work.join("checkpoint.safetensors");
+    let mut lm = LoadedModel::load(&model)?;
+    let prompts = read_prompts(&args.prompts, &lm)?;
+    let t = Instant::now();
+    let (train, held) = if data_path.exists() && !args.fresh {
+        writeln!(log, "reusing {}", data_path.display())?;
+        load_data(&data_path)?
+    } else {
+        writeln!(log, "generating continuations of {} prompts", prompts.len())?;
+        let (train, held) = train_heads::collect(
+            &mut lm,
+            &prompts,
+            args.max_new_tokens,
+            16,
+            args.heads,
+            args.holdout_every,
+        )?;
+        save_data(&data_path, &train, &held)?;
+        (train, held)
+    };
+    let seconds_data = t.elapsed().as_secs_f64();
+    writeln!(
+        log,
+        "{} training pairs, {} held out",
+        train.len(),
+        held.len()
+    )?;
+    let lm_head = train_heads::lm_head_f32(&model)?;
+    let mut trainer = if ckpt.exists() && !args.fresh {
+        let tr = Trainer::load_checkpoint(&ckpt)?;
+        writeln!(log, "resuming at step {}", tr.step)?;
+        tr
+    } else {
+        Trainer::new(args.heads, train.dim)?
+    };
+    let t = Instant::now();
+    let schedule = train_heads::Schedule {
+        steps: args.steps,
+        batch: args.batch,
+        lr: args.lr,
+        seed: args.seed,
+    };
+    let final_loss = train_heads::train(
+        &mut trainer,
+        &train,
+        &lm_head,
+        schedule,
+        args.steps,
+        Some((&ckpt, 100)),
+        log,
+    )?;
+    trainer.save_checkpoint(&ckpt)?;
+    let seconds_train = t.elapsed().as_secs_f64();
+    let heldout_accuracy = trainer.accuracy(&held, &lm_head)?;
+    let cfg = lm.model.config();
+    let heads_cfg = HeadsConfig {
+        format: medusa_heads::FORMAT.into(),
+        num_heads: args.heads,
+        hidden_size: cfg.hidden,
+        vocab_size: cfg.vocab_size,
+        lm_head: "target".into(),
+        target: model
+            .file_name()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
+        target_sha256: medusa_heads::sha256_of(&model)?,
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| medusa_heads::default_dir(&model));
+    medusa_heads::save(&out, &trainer.heads()?, &heads_cfg)?;
+    let report = TrainReport {
+        prompts: prompts.len(),
+        train_pairs: train.len(),
+        heldout_pairs: held.len(),
+        steps: trainer.step,
+        batch: args.batch,
+        lr: args.lr,
+        seconds_data,
+        seconds_train,
+        final_loss,
+        heldout_accuracy,
+    };
+    std::fs::write(
+        out.join("report.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    writeln!(log, "heads written to {}", out.display())?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! Medusa-1 heads: on the target's final (normed) hidden state h of the row that produced the
+//! pending token, head i computes h_i = h + SiLU(W_i·h + b_i) and the target's own LM head
+//! turns h_i into a distribution over the token i + 1 places past the pending one. Drafting
+//! reuses the hidden state of the target pass that just ran: no extra target pass. The heads
+//! do not see each other's tokens, so a chain of k heads is k independent guesses.
+
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::sampling::{argmax, sample_from};
+use crate::tree::build_tree;
+use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
+
+/// The heads' weights, plain f32, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MedusaHeads {
+    pub hidden: usize,
+    pub w: Vec<Vec<f32>>, // per head: [hidden (out), hidden (in)]
+    pub b: Vec<Vec<f32>>, // per head: [hidden]
+}
+
+impl MedusaHeads {
+    pub fn num_heads(&self) -> usize {
+        self.w.len()
+    }
+
+    /// Heads all zero: every head passes h through unchanged (training starts here, so an
+    /// untrained head predicts what the target's next token would be).
+    pub fn zeros(num_heads: usize, hidden: usize) -> Self {
+        Self {
+            hidden,
+            w: vec![vec![0.0; hidden * hidden]; num_heads],
+            b: vec![vec![0.0; hidden]; num_heads],
+        }
+    }
+
+    /// The first `n` heads' states for one hidden state h ([hidden]): [n, hidden].
+    pub fn states(&self, h: &[f32], n: usize) -> Vec<f32> {
+        let d = self.hidden;
+        let mut out = Vec::with_capacity(n * d);
+        for (w, b) in self.w.iter().zip(&self.b).take(n) {
+            for (o, row) in w.chunks_exact(d).enumerate() {
+                let z: f32 = row.iter().zip(h).map(|(a, x)| a * x).sum::<f32>() + b[o];
+                out.push(h[o] + z / (1.0 + (-z).exp()));
+            }
+        }
+        out
+    }
+}
+
+/// The target's LM head, as the drafter sees it: [rows, hidden] → [rows, vocab].
+pub trait LmHead: Send + Sync {
+    fn vocab(&self) -> usize;
+    fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError>;
+}
+
+/// Proposes the heads' guesses from the hidden state the sequence hands it.
+pub struct MedusaDrafter {
+    heads: Arc<MedusaHeads>,
+    lm_head: Arc<dyn LmHead>,
+    rng: StdRng,
+    /// Greedy requests get a candidate tree of this many nodes (0: a chain).
+    tree_budget: usize,
+}
+
+/// Candidates per head when building a tree.
+pub const TREE_TOP_N: usize = 4;
+
+impl MedusaDrafter {
+    pub fn new(heads: Arc<MedusaHeads>, lm_head: Arc<dyn LmHead>, seed: u64) -> Self {
+        Self {
+            heads,
+            lm_head,
+            rng: StdRng::seed_from_u64(seed),
+            tree_budget: 0,
+        }
+    }
+
+    /// Draft candidate trees of `budget` nodes for greedy requests (sampled ones keep chains).
+    pub fn with_tree(mut self, budget: usize) -> Self {
+        self.tree_budget = budget;
+        self
+    }
+}
+
+/// The `n` likeliest tokens of a row of logits with their softmax probabilities.
+fn top_n(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    let n = n.min(row.len());
+    idx.select_nth_unstable_by(n.saturating_sub(1), |&a, &b| row[b].total_cmp(&row[a]));
+    let mut best: Vec<(TokenId, f32)> = idx[..n]
+        .iter()
+        .map(|&i| (i as TokenId, (row[i] - max).exp() / sum))
+        .collect();
+    best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    best
+}
+
+impl Drafter for MedusaDrafter {
+    fn name(&self) -> &'static str {
+        "medusa"
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
+        let Some(h) = ctx.hidden else {
+            return Ok(Draft::empty());
+        };
+        if h.len() != self.heads.hidden {
+            return Err(DraftError(format!(
+                "hidden state of {} values; the heads expect {}",
+                h.len(),
+                self.heads.hidden
+            )));
+        }
+        let n = k.min(self.heads.num_heads());
+        if n == 0 {
+            return Ok(Draft::empty());
+        }
+        let states = self.heads.states(h, n);
+        let logits = self.lm_head.logits(&states)?; // [n, vocab]
+        let vocab = self.lm_head.vocab();
+        if logits.len() != n * vocab {
+            return Err(DraftError("the LM head returned the wrong shape".into()));
+        }
+        if ctx.sampling.is_greedy() && self.tree_budget > 0 {
+            let candidates: Vec<_> = logits
+                .chunks_exact(vocab)
+                .map(|r| top_n(r, TREE_TOP_N))
+                .collect();
+            return Ok(Draft::tree(build_tree(&candidates, self.tree_budget)));
+        }
+        if ctx.sampling.is_greedy() {
+            let tokens: Vec<TokenId> = logits.chunks_exact(vocab).map(argmax).collect();
+            return Ok(Draft::deterministic(tokens));
+        }
+        // Sampled: each head's q is its logits shaped like the target's p.
+        let mut tokens = Vec::with_capacity(n);
+        let mut q = Vec::with_capacity(n);
+        for row in logits.chunks_exact(vocab) {
+            let probs = ctx.sampling.probs(row);
+            tokens.push(sample_from(&probs, &mut self.rng));
+            q.push(probs);
+        }
+        Ok(Draft {
+            tokens,
+            q: Some(q),
+            parents: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SamplingParams;
+
+    /// Vocabulary of 4; logits are the hidden state itself (hidden = 4).
+    struct Identity;
+    impl LmHead for Identity {
+        fn vocab(&self) -> usize {
+            4
+        }
+        fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError> {
+            Ok(rows.to_vec())
+        }
+    }
+
+    fn ctx<'a>(h: Option<&'a [f32]>, sp: &'a SamplingParams) -> DraftContext<'a> {
+        DraftContext {
+            tokens: &[1, 2],
+            prompt_len: 1,
+            sampling: sp,
+            hidden: h,
+        }
+    }
+
+    #[test]
+    fn zero_heads_pass_the_hidden_state_through_and_a_bias_moves_the_guess() {
+        let mut heads = MedusaHeads::zeros(2, 4);
+        let h = [0.0, 3.0, 1.0, 0.0];
+        assert_eq!(heads.states(&h, 2), [h, h].concat());
+        // Head 1: a large bias on feature 3 (SiLU(8) ≈ 8) makes it guess token 3.
+        heads.b[1][3] = 8.0;
+        let sp = SamplingParams::greedy();
+        let mut d = MedusaDrafter::new(Arc::new(heads), Arc::new(Identity), 0);
+        assert_eq!(
+            d.propose(&ctx(Some(&h), &sp), 5).unwrap().tokens,
+            vec![1, 3]
+        );
+        assert_eq!(d.propose(&ctx(Some(&h), &sp), 1).unwrap().tokens, vec![1]);
+        assert!(
+            d.propose(&ctx(None, &sp), 2).unwrap().is_empty(),
+            "no hidden state yet"
+        );
+        assert!(
+            d.propose(&ctx(Some(&h[..3]), &sp), 2).is_err(),
+            "wrong width"
+        );
+    }
+
+    #[test]
+    fn sampled_drafts_carry_the_heads_distributions() {
+        let heads = MedusaHeads::zeros(2, 4);
+        let sp = SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::greedy()
+        };
+        let h = [0.0, 3.0, 1.0, 0.0];
+        let mut d = MedusaDrafter::new(Arc::new(heads), Arc::new(Identity), 7);
+        let draft = d.propose(&ctx(Some(&h), &sp), 2).unwrap();
+        let q = draft.q.expect("q");
+        assert_eq!(q.len(), 2);
+        assert!((q[0].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        assert!(q[0][1] > q[0][2] && q[0][2] > q[0][0]);
+    }
+
+    #[test]
+    fn greedy_requests_get_a_tree_whose_first_path_is_the_chain() {
+        let mut heads = MedusaHeads::zeros(2, 4);
+        heads.b[1][3] = 8.0;
+        let heads = Arc::new(heads);
+        let sp = SamplingParams::greedy();
+        let h = [0.0, 3.0, 1.0, 0.0];
+        let chain = MedusaDrafter::new(Arc::clone(&heads), Arc::new(Identity), 0)
+            .propose(&ctx(Some(&h), &sp), 2)
+            .unwrap();
+        let mut d = MedusaDrafter::new(heads, Arc::new(Identity), 0).with_tree(5);
+        let draft = d.propose(&ctx(Some(&h), &sp), 2).unwrap();
+        let tree = draft.as_tree().expect("a tree");
+        assert_eq!(tree.len(), 5);
+        assert!(tree.is_well_formed() && tree.max_depth() <= 2);
+        // The likeliest node at each level is the chain's token.
+        assert_eq!(tree.tokens[0], chain.tokens[0]);
+        let child = (0..5).find(|&i| tree.parents[i] == Some(0)).unwrap();
+        assert_eq!(tree.tokens[child], chain.tokens[1]);
+        // Sampled requests still get a chain with q.
+        let sampled = SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::greedy()
+        };
+        assert!(d
+            .propose(&ctx(Some(&h), &sampled), 2)
+            .unwrap()
+            .parents
+            .is_none());
+    }
+}

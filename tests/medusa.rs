@@ -1,0 +1,121 @@
+//! Medusa heads on the real model: the shipped heads load for the model they were trained
+//! for and are refused, with the reason, for any other; chain drafting through the gateway's
+//! engine path is exact under greedy decoding (tests/speculative.rs runs every strategy,
+//! medusa included, against plain decoding).
+
+mod common;
+
+use specgate::generate::{generate, GenerateParams};
+use specgate::medusa_heads::{self, MedusaError};
+use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::SamplingParams;
+
+fn config(heads: Option<std::path::PathBuf>) -> DrafterConfig {
+    DrafterConfig {
+        target_path: common::model_path(),
+        draft_model: None,
+        exit_layer: DEFAULT_EXIT_LAYER,
+        suffix_cache: None,
+        seed: 0,
+        medusa_heads: heads,
+    }
+}
+
+#[test]
+fn heads_for_another_model_are_refused_with_the_reason() {
+    let shipped = medusa_heads::default_dir(&common::model_path());
+    let cfg = medusa_heads::read_config(&shipped, &common::model_path()).expect("shipped heads");
+    assert!(cfg.num_heads >= 3);
+    // The same heads, claimed for a different file.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        shipped.join("heads.safetensors"),
+        dir.path().join("heads.safetensors"),
+    )
+    .unwrap();
+    let mut other = cfg.clone();
+    other.target = "some-other-model.gguf".into();
+    other.target_sha256 = "00".repeat(32);
+    std::fs::write(
+        dir.path().join("heads.json"),
+        serde_json::to_string(&other).unwrap(),
+    )
+    .unwrap();
+    let err = medusa_heads::load(dir.path(), &common::model_path())
+        .err()
+        .expect("refused");
+    assert!(matches!(err, MedusaError::WrongModel { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("some-other-model.gguf") && msg.contains("train-heads"),
+        "{msg}"
+    );
+    // Through the strategy, as `generate --strategy medusa --medusa-heads DIR` builds it.
+    let lm = common::model();
+    let built = StrategyKind::Medusa.build(&config(Some(dir.path().into())), &lm.tokenizer);
+    assert!(built.is_err());
+    // A config that is not ours is refused too.
+    std::fs::write(dir.path().join("heads.json"), "{\"format\": \"x\"}").unwrap();
+    assert!(matches!(
+        medusa_heads::load(dir.path(), &common::model_path()),
+        Err(MedusaError::Config { .. })
+    ));
+}
+
+#[test]
+fn medusa_drafts_are_accepted_and_greedy_output_is_unchanged() {
+    let mut guard = common::model();
+    let lm = &mut *guard;
+    let prompt = lm
+        .tokenizer
+        .encode(
+            &lm.chat_prompt(&[specgate::chat::ChatMessage {
+                role: "user".into(),
+                content: "Explain how a rainbow forms.".into(),
+            }])
+            .unwrap(),
+        )
+        .unwrap();
+    let params = |k| GenerateParams {
+        max_tokens: 64,
+        sampling: SamplingParams::greedy(),
+        seed: 0,
+        stop: Vec::new(),
+        max_draft_tokens: k,
+        adaptive_k: false,
+    };
+    let mut plain = StrategyKind::Plain
+        .build(&config(None), &lm.tokenizer)
+        .unwrap();
+    let want = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &prompt,
+        &params(0),
+        &mut *plain,
+        |_| {},
+    )
+    .unwrap();
+    let mut medusa = StrategyKind::Medusa
+        .build(&config(None), &lm.tokenizer)
+        .unwrap();
+    let got = generate(
+        &mut lm.model,
+        &lm.tokenizer,
+        &prompt,
+        &params(4),
+        &mut *medusa,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(got.token_ids, want.token_ids);
+    assert_eq!(got.stats.drafter_failures, 0);
+    assert!(got.stats.drafted > 0);
+    // Trained heads must do better than chance: the first head is accepted often.
+    let first = got.stats.accepted_per_pos.first().copied().unwrap_or(0) as f64;
+    let rounds = got.stats.rounds as f64;
+    assert!(
+        first / rounds > 0.2,
+        "head 1 accepted in {first} of {rounds} rounds"
+    );
+}
