@@ -86,6 +86,8 @@ pub struct SpecRow {
     pub verify_cost: f64,
     /// tokens per pass / (k·c + verify_cost): the formula with the measured verify cost.
     pub predicted_with_verify_cost: f64,
+    /// Per draft position i: the share of rounds that accepted it (Medusa: per head).
+    pub accepted_per_position: Vec<f64>,
 }
 
 fn decode_tps(o: &GenerateOutput) -> f64 {
@@ -218,6 +220,11 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
                     predicted_speedup: predicted_speedup(s.alpha(), k.max(), c),
                     verify_cost: v,
                     predicted_with_verify_cost: s.tokens_per_pass() / (mean_k * c + v),
+                    accepted_per_position: s
+                        .accepted_per_pos
+                        .iter()
+                        .map(|&a| a as f64 / s.rounds.max(1) as f64)
+                        .collect(),
                 });
             }
         }
@@ -242,7 +249,7 @@ fn merge(into: &mut SpecStats, s: &SpecStats) {
     }
 }
 
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 14] = [
     "set",
     "strategy",
     "k",
@@ -256,6 +263,7 @@ const HEADER: [&str; 13] = [
     "predicted speed-up",
     "verify cost",
     "predicted with verify cost",
+    "accepted per position",
 ];
 
 fn cells(r: &SpecRow) -> Vec<String> {
@@ -273,6 +281,11 @@ fn cells(r: &SpecRow) -> Vec<String> {
         format!("{:.2}", r.predicted_speedup),
         format!("{:.2}", r.verify_cost),
         format!("{:.2}", r.predicted_with_verify_cost),
+        r.accepted_per_position
+            .iter()
+            .map(|a| format!("{a:.2}"))
+            .collect::<Vec<_>>()
+            .join("/"),
     ]
 }
 

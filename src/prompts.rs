@@ -20,7 +20,7 @@ pub fn default_prompt_dir() -> PathBuf {
     PathBuf::from("tests/fixtures/prompts")
 }
 
-pub const SET_NAMES: [&str; 3] = ["code_edit", "rag", "creative"];
+pub const SET_NAMES: [&str; 4] = ["code_edit", "rag", "creative", "chat"];
 
 /// Load `dir/NAME.jsonl` for each of [`SET_NAMES`].
 pub fn load_prompt_sets(dir: &Path) -> Result<Vec<PromptSet>, PromptError> {

@@ -30,7 +30,7 @@ pub struct TrainHeadsArgs {
     heads: usize,
     #[arg(long, default_value_t = 160)]
     max_new_tokens: usize,
-    #[arg(long, default_value_t = 1200)]
+    #[arg(long, default_value_t = 1600)]
     steps: usize,
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -113,7 +113,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
             &mut lm,
             &prompts,
             args.max_new_tokens,
-            16,
+            32,
             args.heads,
             args.holdout_every,
         )?;

@@ -127,7 +127,7 @@ pub fn collect(
         }
         for (s, seq) in seqs.into_iter().enumerate() {
             lm.model.release(seq);
-            let into = if (c * batch + s) % holdout_every.max(2) == 0 {
+            let into = if (c * batch + s).is_multiple_of(holdout_every.max(2)) {
                 &mut held
             } else {
                 &mut train
@@ -365,11 +365,11 @@ pub fn train(
         let progress = trainer.step as f64 / s.steps as f64;
         let rate = s.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()));
         last = trainer.step(&x, &y, lm, rate, 0.0)?;
-        if trainer.step % 50 == 0 {
+        if trainer.step.is_multiple_of(50) {
             let _ = writeln!(log, "step {} loss {last:.4}", trainer.step);
         }
         if let Some((path, every)) = checkpoint {
-            if trainer.step % every.max(1) == 0 {
+            if trainer.step.is_multiple_of(every.max(1)) {
                 trainer.save_checkpoint(path)?;
             }
         }

@@ -184,7 +184,14 @@ fn sixteen_concurrent_streams_from_three_tenants_equal_their_single_runs_and_fre
             .unwrap()
             .to_string();
         let (want, _) = expected(true, &prompt, 24);
-        let mut body = chat_body(&s, &prompt, strategies[i % strategies.len()].clone());
+        // Creative prompts alternate with Medusa trees (its default policy allows them), so
+        // tree passes share ragged batches with chains and prefills.
+        let spec = match (set, i % 2) {
+            ("creative", 0) => json!({"speculation": {"strategy": "medusa-tree", "k": 3}}),
+            ("creative", _) => json!({"speculation": {"strategy": "medusa", "k": 3}}),
+            _ => strategies[i % strategies.len()].clone(),
+        };
+        let mut body = chat_body(&s, &prompt, spec);
         body["max_tokens"] = json!(24);
         body["stream"] = json!(true);
         body["workload"] = json!(set);
