@@ -156,7 +156,7 @@ fn strategy_errors_are_clear() {
         "--prompt",
         "hi",
         "--strategy",
-        "medusa",
+        "eagle",
     ]);
     assert_eq!(code, 2);
     assert!(
