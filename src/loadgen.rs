@@ -165,7 +165,7 @@ pub(crate) fn one_request(
     })
 }
 
-fn percentile(xs: &mut [f64], p: f64) -> f64 {
+pub(crate) fn percentile(xs: &mut [f64], p: f64) -> f64 {
     if xs.is_empty() {
         return 0.0;
     }

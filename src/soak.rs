@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::loadgen::prompt_mix;
+use crate::loadgen::{percentile, prompt_mix};
 use crate::soak_client::{bad_request, Client, Outcome};
 
 #[derive(Debug, thiserror::Error)]
@@ -142,14 +142,6 @@ impl SoakReport {
             self.rss_after_mib,
         )
     }
-}
-
-fn percentile(xs: &mut [f64], p: f64) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(f64::total_cmp);
-    xs[((xs.len() - 1) as f64 * p).round() as usize]
 }
 
 fn admin_get(cfg: &SoakConfig, path: &str) -> Result<ureq::Response, SoakError> {

@@ -140,15 +140,8 @@ pub fn collect(
 
 /// The LM head as f32 [vocab, hidden] (dequantized once; frozen during training).
 pub fn lm_head_f32(path: &Path) -> Result<Tensor, TrainError> {
-    let (content, mut reader) = crate::model::read_header(path)?;
-    let name = if content.tensor_infos.contains_key("output.weight") {
-        "output.weight"
-    } else {
-        "token_embd.weight"
-    };
-    Ok(content
-        .tensor(&mut reader, name, &Device::Cpu)?
-        .dequantize(&Device::Cpu)?)
+    let (t, _) = crate::model::lm_head_tensor(path)?;
+    Ok(t.dequantize(&Device::Cpu)?)
 }
 
 /// Heads being trained, with Adam's moments.
@@ -377,23 +370,23 @@ pub fn train(
     Ok(last)
 }
 
-/// Loss of untrained heads on one batch (for tests and reports).
-pub fn mean_loss(trainer: &Trainer, data: &HeadsData, lm: &Tensor) -> Result<f32, TrainError> {
-    let idx: Vec<usize> = (0..data.len().min(256)).collect();
-    let (x, y) = data.rows(&idx, &Device::Cpu)?;
-    let logits = trainer.logits(&x, lm)?;
-    let mut total = 0.0;
-    for (i, l) in logits.iter().enumerate() {
-        let target = y.narrow(1, i, 1)?.squeeze(1)?.contiguous()?;
-        total += candle_nn::loss::cross_entropy(l, &target)?.to_scalar::<f32>()?;
-    }
-    Ok(total / logits.len() as f32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::Rng;
+
+    /// Mean loss over heads on the first 256 pairs.
+    fn mean_loss(trainer: &Trainer, data: &HeadsData, lm: &Tensor) -> Result<f32, TrainError> {
+        let idx: Vec<usize> = (0..data.len().min(256)).collect();
+        let (x, y) = data.rows(&idx, &Device::Cpu)?;
+        let logits = trainer.logits(&x, lm)?;
+        let mut total = 0.0;
+        for (i, l) in logits.iter().enumerate() {
+            let target = y.narrow(1, i, 1)?.squeeze(1)?.contiguous()?;
+            total += candle_nn::loss::cross_entropy(l, &target)?.to_scalar::<f32>()?;
+        }
+        Ok(total / logits.len() as f32)
+    }
 
     /// Hidden states in 8 dimensions, a vocabulary of 16, and labels that a residual head can
     /// learn: head i's label is the argmax of a fixed projection of h.

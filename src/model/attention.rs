@@ -39,19 +39,7 @@ pub fn causal_attention(
     let rows = q.len() / q_width;
     let cache_len = keys.len() / kv_width;
     let group = n_heads / n_kv_heads;
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    // Widen the cache once per call (F16C, vectorised), not once per query row and head.
-    let mut kf = vec![0.0f32; keys.len()];
-    let mut vf = vec![0.0f32; values.len()];
-    keys.convert_to_f32_slice(&mut kf);
-    values.convert_to_f32_slice(&mut vf);
-    let kv = KvView {
-        keys: &kf,
-        values: &vf,
-        kv_width,
-        head_dim,
-        scale,
-    };
+    let kv = KvView::widen(shape, keys, values);
     // One task per (row, head): heads and rows are independent. Small calls stay on this
     // thread, where a thread hand-off would cost more than the work.
     let task = |scores: &mut Vec<f32>, (i, o): (usize, &mut [f32])| {
@@ -93,17 +81,7 @@ pub fn tree_attention(
     let rows = q.len() / q_width;
     let prefix = keys.len() / kv_width - rows;
     let group = n_heads / n_kv_heads;
-    let mut kf = vec![0.0f32; keys.len()];
-    let mut vf = vec![0.0f32; values.len()];
-    keys.convert_to_f32_slice(&mut kf);
-    values.convert_to_f32_slice(&mut vf);
-    let kv = KvView {
-        keys: &kf,
-        values: &vf,
-        kv_width,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-    };
+    let kv = KvView::widen(shape, keys, values);
     let mut scores = Vec::with_capacity(prefix + rows);
     for (i, o) in out.chunks_mut(head_dim).enumerate() {
         let (r, h) = (i / n_heads, i % n_heads);
@@ -117,15 +95,30 @@ pub fn tree_attention(
 const PARALLEL_MIN_SCORES: usize = 16 * 1024;
 
 /// The widened cache of one sequence and layer.
-struct KvView<'a> {
-    keys: &'a [f32],   // [cache_len, kv_width]
-    values: &'a [f32], // [cache_len, kv_width]
+struct KvView {
+    keys: Vec<f32>,   // [cache_len, kv_width]
+    values: Vec<f32>, // [cache_len, kv_width]
     kv_width: usize,
     head_dim: usize,
     scale: f32,
 }
 
-impl KvView<'_> {
+impl KvView {
+    /// Widen the cache once per call (F16C, vectorised), not once per query row and head.
+    fn widen(shape: AttnShape, keys: &[f16], values: &[f16]) -> Self {
+        let mut kf = vec![0.0f32; keys.len()];
+        let mut vf = vec![0.0f32; values.len()];
+        keys.convert_to_f32_slice(&mut kf);
+        values.convert_to_f32_slice(&mut vf);
+        Self {
+            keys: kf,
+            values: vf,
+            kv_width: shape.n_kv_heads * shape.head_dim,
+            head_dim: shape.head_dim,
+            scale: 1.0 / (shape.head_dim as f32).sqrt(),
+        }
+    }
+
     /// One query head over the cache positions `visible` yields. `qh`, `o`: [head_dim].
     fn head(
         &self,

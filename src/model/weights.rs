@@ -124,12 +124,8 @@ pub fn load(
     })
 }
 
-/// Only the LM head of a GGUF (its `output.weight`, or the tied token embedding) and the
-/// config: what Medusa heads need of the target, without loading its layers.
-pub fn load_lm_head(
-    path: &Path,
-    backend: MatmulBackend,
-) -> Result<(Linear, ModelConfig), ModelError> {
+/// The GGUF tensor the LM head is: `output.weight`, or the tied token embedding.
+pub fn lm_head_tensor(path: &Path) -> Result<(QTensor, ModelConfig), ModelError> {
     let (content, mut reader) = read_header(path)?;
     let config = ModelConfig::from_metadata(&content.metadata)?;
     let name = if content.tensor_infos.contains_key("output.weight") {
@@ -140,5 +136,15 @@ pub fn load_lm_head(
     let t = content
         .tensor(&mut reader, name, &Device::Cpu)
         .map_err(|e| ModelError::Format(format!("tensor {name} in {}: {e}", path.display())))?;
+    Ok((t, config))
+}
+
+/// Only the LM head of a GGUF and the config: what Medusa heads need of the target, without
+/// loading its layers.
+pub fn load_lm_head(
+    path: &Path,
+    backend: MatmulBackend,
+) -> Result<(Linear, ModelConfig), ModelError> {
+    let (t, config) = lm_head_tensor(path)?;
     Ok((Linear::new(t, backend)?, config))
 }
