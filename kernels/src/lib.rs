@@ -5,6 +5,7 @@
 //! half to even, block sum in f32 then f16), sums integer products per block, and reads each
 //! weight row once for all activation rows of a call (the k+1 rows of a verify pass).
 
+pub mod attention;
 mod dot;
 mod dot512;
 pub mod qmatmul;

@@ -179,26 +179,35 @@ impl QuantMatrix {
         } else {
             isa
         };
-        // Features-major scratch so each thread owns a contiguous chunk: [out_dim, rows].
-        let mut t = vec![0.0f32; self.out_dim * rows];
-        let features_per_task = 32;
-        t.par_chunks_mut(features_per_task * rows)
-            .enumerate()
-            .for_each(|(c, out)| {
-                for (k, o) in out.chunks_exact_mut(rows).enumerate() {
-                    let f = c * features_per_task + k;
-                    match &paired {
-                        Some(p) => self.row_dots_paired(f, p, o),
-                        None => self.row_dots(f, &acts, o, single_isa),
-                    }
-                }
-            });
+        // Each task computes a chunk of output features for every row (features-major in a
+        // small per-thread buffer) and writes its columns of `y` itself.
         let mut y = vec![0.0f32; rows * self.out_dim];
-        for (f, col) in t.chunks_exact(rows).enumerate() {
-            for (r, &v) in col.iter().enumerate() {
-                y[r * self.out_dim + f] = v;
+        let out = SharedOut(y.as_mut_ptr());
+        let features_per_task = 32;
+        let tasks = self.out_dim.div_ceil(features_per_task);
+        (0..tasks).into_par_iter().for_each_init(Vec::new, |local, c| {
+            let features = c * features_per_task..((c + 1) * features_per_task).min(self.out_dim);
+            local.clear();
+            local.resize(features.len() * rows, 0.0);
+            for (f, o) in features.clone().zip(local.chunks_exact_mut(rows)) {
+                match &paired {
+                    Some(p) => self.row_dots_paired(f, p, o),
+                    None => self.row_dots(f, &acts, o, single_isa),
+                }
             }
-        }
+            for r in 0..rows {
+                // SAFETY: tasks write disjoint column ranges of `y`, which outlives the loop.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        out.at(r * self.out_dim + features.start),
+                        features.len(),
+                    )
+                };
+                for (k, d) in dst.iter_mut().enumerate() {
+                    *d = local[k * rows + r];
+                }
+            }
+        });
         y
     }
 
@@ -228,6 +237,19 @@ impl QuantMatrix {
             tile(self.format, isa, n, &w, acts, r0, &mut out[r0..r0 + n]);
             r0 += n;
         }
+    }
+}
+
+/// The output of a product, written by every task at its own columns.
+struct SharedOut(*mut f32);
+
+// SAFETY: tasks only write disjoint ranges through it (see `matmul_with`).
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    fn at(&self, i: usize) -> *mut f32 {
+        // SAFETY: callers index inside the output vector.
+        unsafe { self.0.add(i) }
     }
 }
 

@@ -1,13 +1,11 @@
-//! Causal attention of new query rows over one sequence's cache, with grouped KV heads.
-//!
-//! Rounding follows llama.cpp's CPU path with its default f16 cache: the query is rounded to
-//! f16 for the QK dot, the softmax weights to f16 for the weighted sum of values, and every
-//! sum accumulates in f32. Matching the reference's rounding keeps greedy output in step with
-//! it on near-ties (measured: without it, logits differ from llama.cpp's by a median 0.2).
+//! Causal and tree attention of new query rows over one sequence's cache, with grouped KV
+//! heads: which positions each (row, head) sees, and which thread runs it. The arithmetic
+//! (llama.cpp's f16 rounding, SIMD, the same bits for any batching) is
+//! `specgate_kernels::attention`.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
+use specgate_kernels::attention::{attend, AttnScratch, KvHead};
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -15,6 +13,23 @@ pub struct AttnShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+}
+
+impl AttnShape {
+    /// Query head `h`'s KV head in one layer's cache.
+    fn kv_head<'a>(&self, keys: &'a [f16], values: &'a [f16], h: usize) -> KvHead<'a> {
+        let group = self.n_heads / self.n_kv_heads;
+        KvHead {
+            keys,
+            values,
+            stride: self.n_kv_heads * self.head_dim,
+            offset: (h / group) * self.head_dim,
+        }
+    }
+
+    fn scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
 }
 
 /// Attention for `rows` new tokens whose keys and values are already the last `rows` entries
@@ -29,33 +44,28 @@ pub fn causal_attention(
     values: &[f16],
     out: &mut [f32],
 ) {
-    let AttnShape {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = shape;
+    let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
     let q_width = n_heads * head_dim;
-    let kv_width = n_kv_heads * head_dim;
     let rows = q.len() / q_width;
-    let cache_len = keys.len() / kv_width;
-    let group = n_heads / n_kv_heads;
-    let kv = KvView::widen(shape, keys, values);
+    let cache_len = keys.len() / (shape.n_kv_heads * head_dim);
+    let scale = shape.scale();
     // One task per (row, head): heads and rows are independent. Small calls stay on this
     // thread, where a thread hand-off would cost more than the work.
-    let task = |scores: &mut Vec<f32>, (i, o): (usize, &mut [f32])| {
+    let task = |scratch: &mut AttnScratch, (i, o): (usize, &mut [f32])| {
         let (r, h) = (i / n_heads, i % n_heads);
         let qh = &q[r * q_width + h * head_dim..][..head_dim];
-        kv.head(qh, h / group, 0..cache_len - rows + r + 1, scores, o);
+        let kv = shape.kv_head(keys, values, h);
+        attend(qh, kv, 0..cache_len - rows + r + 1, scale, scratch, o);
     };
     if rows * n_heads * cache_len < PARALLEL_MIN_SCORES {
-        let mut scores = Vec::with_capacity(cache_len);
+        let mut scratch = AttnScratch::default();
         out.chunks_mut(head_dim)
             .enumerate()
-            .for_each(|x| task(&mut scores, x));
+            .for_each(|x| task(&mut scratch, x));
     } else {
         out.par_chunks_mut(head_dim)
             .enumerate()
-            .for_each_init(|| Vec::with_capacity(cache_len), task);
+            .for_each_init(AttnScratch::default, task);
     }
 }
 
@@ -71,111 +81,22 @@ pub fn tree_attention(
     visible: &[Vec<usize>],
     out: &mut [f32],
 ) {
-    let AttnShape {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = shape;
+    let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
     let q_width = n_heads * head_dim;
-    let kv_width = n_kv_heads * head_dim;
     let rows = q.len() / q_width;
-    let prefix = keys.len() / kv_width - rows;
-    let group = n_heads / n_kv_heads;
-    let kv = KvView::widen(shape, keys, values);
-    let mut scores = Vec::with_capacity(prefix + rows);
+    let prefix = keys.len() / (shape.n_kv_heads * head_dim) - rows;
+    let mut scratch = AttnScratch::default();
     for (i, o) in out.chunks_mut(head_dim).enumerate() {
         let (r, h) = (i / n_heads, i % n_heads);
         let qh = &q[r * q_width + h * head_dim..][..head_dim];
         let own = visible[r].iter().map(|&v| prefix + v);
-        kv.head(qh, h / group, (0..prefix).chain(own), &mut scores, o);
+        let kv = shape.kv_head(keys, values, h);
+        attend(qh, kv, (0..prefix).chain(own), shape.scale(), &mut scratch, o);
     }
 }
 
 /// Below this many query-key scores per call, attention runs on the calling thread.
 const PARALLEL_MIN_SCORES: usize = 16 * 1024;
-
-/// The widened cache of one sequence and layer.
-struct KvView {
-    keys: Vec<f32>,   // [cache_len, kv_width]
-    values: Vec<f32>, // [cache_len, kv_width]
-    kv_width: usize,
-    head_dim: usize,
-    scale: f32,
-}
-
-impl KvView {
-    /// Widen the cache once per call (F16C, vectorised), not once per query row and head.
-    fn widen(shape: AttnShape, keys: &[f16], values: &[f16]) -> Self {
-        let mut kf = vec![0.0f32; keys.len()];
-        let mut vf = vec![0.0f32; values.len()];
-        keys.convert_to_f32_slice(&mut kf);
-        values.convert_to_f32_slice(&mut vf);
-        Self {
-            keys: kf,
-            values: vf,
-            kv_width: shape.n_kv_heads * shape.head_dim,
-            head_dim: shape.head_dim,
-            scale: 1.0 / (shape.head_dim as f32).sqrt(),
-        }
-    }
-
-    /// One query head over the cache positions `visible` yields. `qh`, `o`: [head_dim].
-    fn head(
-        &self,
-        qh: &[f32],
-        kvh: usize,
-        visible: impl Iterator<Item = usize> + Clone,
-        scores: &mut Vec<f32>,
-        o: &mut [f32],
-    ) {
-        let hd = self.head_dim;
-        let q16: Vec<f32> = qh.iter().map(|&x| round_f16(x)).collect();
-        scores.clear();
-        let mut max = f32::NEG_INFINITY;
-        for t in visible.clone() {
-            let kt = &self.keys[t * self.kv_width + kvh * hd..][..hd];
-            let s = dot(&q16, kt) * self.scale;
-            max = max.max(s);
-            scores.push(s);
-        }
-        let mut sum = 0.0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        o.fill(0.0);
-        let inv = 1.0 / sum;
-        for (t, &s) in visible.zip(scores.iter()) {
-            let vt = &self.values[t * self.kv_width + kvh * hd..][..hd];
-            let w = round_f16(s * inv);
-            for (oi, &vi) in o.iter_mut().zip(vt) {
-                *oi += w * vi;
-            }
-        }
-    }
-}
-
-#[inline]
-fn round_f16(x: f32) -> f32 {
-    f16::from_f32(x).to_f32()
-}
-
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums let the compiler vectorise without reassociating a single chain.
-    let mut acc = [0.0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        for i in 0..8 {
-            acc[i] += a[c * 8 + i] * b[c * 8 + i];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..a.len() {
-        s += a[i] * b[i];
-    }
-    s
-}
 
 #[cfg(test)]
 mod tests {
