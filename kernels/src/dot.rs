@@ -149,6 +149,19 @@ pub mod x86 {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, y)
     }
 
+    /// The same instruction in its AVX-512 (EVEX) encoding, on 256-bit registers: CPUs with
+    /// AVX-512 VNNI but not AVX-VNNI (AMD Zen 4) run one-row products with it.
+    #[inline(always)]
+    unsafe fn lanes_vnni_vl(x: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, y)
+    }
+
     x86_tiles!("avx2,fma", q4_1_avx2, q8_0_avx2, lanes_avx2);
     x86_tiles!("avx2,fma,avxvnni", q4_1_vnni, q8_0_vnni, lanes_vnni);
+    x86_tiles!(
+        "avx2,fma,avx512f,avx512vl,avx512vnni",
+        q4_1_vnni_vl,
+        q8_0_vnni_vl,
+        lanes_vnni_vl
+    );
 }

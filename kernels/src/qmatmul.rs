@@ -174,11 +174,6 @@ impl QuantMatrix {
         }
         // Two rows per 512-bit register pay from two rows on; one row runs 256 bits wide.
         let paired = (isa == Isa::Avx512Vnni && rows >= 2).then(|| PairedRows::from_batch(&acts));
-        let single_isa = if isa == Isa::Avx512Vnni {
-            Isa::best_256()
-        } else {
-            isa
-        };
         // Each task computes a chunk of output features for every row (features-major in a
         // small per-thread buffer) and writes its columns of `y` itself.
         let mut y = vec![0.0f32; rows * self.out_dim];
@@ -192,7 +187,7 @@ impl QuantMatrix {
             for (f, o) in features.clone().zip(local.chunks_exact_mut(rows)) {
                 match &paired {
                     Some(p) => self.row_dots_paired(f, p, o),
-                    None => self.row_dots(f, &acts, o, single_isa),
+                    None => self.row_dots(f, &acts, o, isa),
                 }
             }
             for r in 0..rows {
@@ -308,14 +303,6 @@ impl Isa {
         })
     }
 
-    /// The best 256-bit instruction set (one-row products on AVX-512 machines).
-    fn best_256() -> Isa {
-        [Isa::AvxVnni, Isa::Avx2]
-            .into_iter()
-            .find(|i| i.supported())
-            .unwrap_or(Isa::Portable)
-    }
-
     /// Every instruction set this CPU can run (for tests).
     pub fn available() -> Vec<Isa> {
         Self::ALL.into_iter().filter(|i| i.supported()).collect()
@@ -409,6 +396,9 @@ fn tile(
             };
         }
         match (format, isa) {
+            // One row on AVX-512 machines: 256-bit registers, the VNNI instruction.
+            (QuantFormat::Q4_1, Isa::Avx512Vnni) => return by_size!(q4_1_vnni_vl),
+            (QuantFormat::Q8_0, Isa::Avx512Vnni) => return by_size!(q8_0_vnni_vl),
             (QuantFormat::Q4_1, Isa::AvxVnni) => return by_size!(q4_1_vnni),
             (QuantFormat::Q8_0, Isa::AvxVnni) => return by_size!(q8_0_vnni),
             (QuantFormat::Q4_1, Isa::Avx2) => return by_size!(q4_1_avx2),
