@@ -16,7 +16,12 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-use crate::dot::hsum8;
+/// ggml's `hsum_float_8`: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+#[inline(always)]
+fn hsum8(a: [f32; 8]) -> f32 {
+    let h = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
 
 /// One KV head of one layer's cache: `stride` halves per position, the head at `offset`.
 #[derive(Debug, Clone, Copy)]
@@ -370,7 +375,10 @@ mod tests {
             if !simd {
                 portable_scores(&q, &kv, positions, &mut s);
             }
-            s[positions.iter().position(|&t| t == 9).expect("9 is visible")]
+            s[positions
+                .iter()
+                .position(|&t| t == 9)
+                .expect("9 is visible")]
         };
         let want = score_of_9(&all, false);
         for simd in [false, super::simd()] {

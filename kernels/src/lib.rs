@@ -6,8 +6,8 @@
 //! weight row once for all activation rows of a call (the k+1 rows of a verify pass).
 
 pub mod attention;
-mod dot;
-mod dot512;
+mod gemm;
+pub mod packed;
 pub mod qmatmul;
 pub mod quantize;
 

@@ -1,21 +1,20 @@
-//! `y = x · Wᵀ` for quantized W (GGUF Q4_1 or Q8_0) and f32 rows x.
+//! `y = x · Wᵀ` for quantized W (GGUF Q4_0, Q4_1 or Q8_0) and f32 rows x.
 //!
-//! Each activation row is quantized once per call; each weight row is read once and dotted
-//! with every activation row while it sits in L1, so a verify pass of k+1 rows costs little
-//! more memory traffic than one decode row. Output features are split across rayon threads.
-//!
-//! Per block the integer products are summed in eight lanes of four consecutive elements and
-//! folded into eight f32 accumulators with one fused multiply-add each, then added pairwise at
-//! the end: the order of ggml's AVX2 `vec_dot_q4_1_q8_1` / `vec_dot_q8_0_q8_0`, so results
-//! track llama.cpp's to float rounding.
+//! Each activation row is quantized to 8 bits once per call (ggml's `quantize_row_q8_1`);
+//! weights are kept in the interleaved layout of [`crate::packed`], and each group of 16
+//! output features is read once for all activation rows of a call while it sits in L1, so a
+//! verify pass of k+1 rows costs little more memory traffic than one decode row, and its
+//! float work is one vector operation per block, row and 16 features. Groups are split
+//! across rayon threads; each task writes its own columns of the output.
 
 use std::sync::OnceLock;
 
 use half::f16;
 use rayon::prelude::*;
 
-use crate::dot::{self, WeightRow};
-use crate::dot512::PairedRows;
+use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q8_0};
+pub use crate::packed::QuantFormat;
+use crate::packed::{Canonical, GroupView, Packed, GROUP};
 use crate::quantize::{quantize_rows, Q8Batch, QK};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -30,33 +29,18 @@ pub enum KernelError {
     },
 }
 
-/// The weight formats this kernel reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuantFormat {
-    /// 32 weights = f16 d, f16 m, 16 bytes of nibbles; w = d·q + m.
-    Q4_1,
-    /// 32 weights = f16 d, 32 i8; w = d·q.
-    Q8_0,
-}
+/// Activation rows per kernel call (a tile): each unpacked weight block serves all of them.
+const TILE: usize = 4;
 
-impl QuantFormat {
-    pub fn block_bytes(self) -> usize {
-        match self {
-            Self::Q4_1 => 20,
-            Self::Q8_0 => 34,
-        }
-    }
-}
+/// Groups of 16 features per thread task.
+const GROUPS_PER_TASK: usize = 2;
 
-/// A quantized weight matrix [out_dim, in_dim], unpacked into flat arrays for streaming.
+/// A quantized weight matrix [out_dim, in_dim] in the interleaved layout.
 #[derive(Debug, Clone)]
 pub struct QuantMatrix {
-    format: QuantFormat,
     out_dim: usize,
     in_dim: usize,
-    d: Vec<f32>, // [out_dim * blocks]
-    m: Vec<f32>, // Q4_1 only: [out_dim * blocks]
-    qs: Vec<u8>, // Q4_1: 16 bytes per block; Q8_0: 32 bytes (i8) per block
+    packed: Packed,
 }
 
 impl QuantMatrix {
@@ -80,31 +64,24 @@ impl QuantMatrix {
             });
         }
         let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let mut d = Vec::with_capacity(blocks);
-        let mut m = Vec::new();
-        let mut qs = Vec::with_capacity(blocks * 32);
+        let mut c = Canonical::default();
+        let scales = format.block_bytes() - format.quant_bytes();
         for blk in bytes.chunks_exact(format.block_bytes()) {
-            d.push(half(&blk[0..2]));
-            match format {
-                QuantFormat::Q4_1 => {
-                    m.push(half(&blk[2..4]));
-                    qs.extend_from_slice(&blk[4..20]);
-                }
-                QuantFormat::Q8_0 => qs.extend_from_slice(&blk[2..34]),
+            c.d.push(half(&blk[0..2]));
+            if format == QuantFormat::Q4_1 {
+                c.m.push(half(&blk[2..4]));
             }
+            c.qs.extend_from_slice(&blk[scales..]);
         }
         Ok(Self {
-            format,
             out_dim,
             in_dim,
-            d,
-            m,
-            qs,
+            packed: Packed::pack(format, out_dim, in_dim / QK, &c),
         })
     }
 
     pub fn format(&self) -> QuantFormat {
-        self.format
+        self.packed.format
     }
 
     pub fn out_dim(&self) -> usize {
@@ -115,24 +92,29 @@ impl QuantMatrix {
         self.in_dim
     }
 
-    /// Dequantized row `r`: [in_dim] (tests and embedding lookups).
+    /// Dequantized row `r`: [in_dim] (tests).
     pub fn dequantize_row(&self, r: usize) -> Vec<f32> {
-        let nb = self.in_dim / QK;
+        let c = self.packed.unpack(r + 1);
+        let (nb, qb) = (self.in_dim / QK, self.format().quant_bytes());
         let mut out = vec![0.0f32; self.in_dim];
         for b in 0..nb {
             let i = r * nb + b;
+            let (d, q) = (c.d[i], &c.qs[i * qb..][..qb]);
             let o = &mut out[b * QK..][..QK];
-            match self.format {
-                QuantFormat::Q4_1 => {
-                    let q = &self.qs[i * 16..][..16];
+            match self.format() {
+                QuantFormat::Q4_0 | QuantFormat::Q4_1 => {
+                    let (offset, m) = match self.format() {
+                        QuantFormat::Q4_1 => (0.0, c.m[i]),
+                        _ => (-8.0, 0.0),
+                    };
                     for j in 0..16 {
-                        o[j] = self.d[i] * (q[j] & 0xF) as f32 + self.m[i];
-                        o[j + 16] = self.d[i] * (q[j] >> 4) as f32 + self.m[i];
+                        o[j] = d * ((q[j] & 0xF) as f32 + offset) + m;
+                        o[j + 16] = d * ((q[j] >> 4) as f32 + offset) + m;
                     }
                 }
                 QuantFormat::Q8_0 => {
-                    for (j, &q) in self.qs[i * 32..][..32].iter().enumerate() {
-                        o[j] = self.d[i] * (q as i8) as f32;
+                    for (j, &v) in q.iter().enumerate() {
+                        o[j] = d * (v as i8) as f32;
                     }
                 }
             }
@@ -146,17 +128,23 @@ impl QuantMatrix {
         let first = parts.first()?;
         if parts
             .iter()
-            .any(|p| p.format != first.format || p.in_dim != first.in_dim)
+            .any(|p| p.format() != first.format() || p.in_dim != first.in_dim)
         {
             return None;
         }
+        let mut c = Canonical::default();
+        for p in parts {
+            let u = p.packed.unpack(p.out_dim);
+            c.d.extend(u.d);
+            c.m.extend(u.m);
+            c.qs.extend(u.qs);
+        }
+        let out_dim = parts.iter().map(|p| p.out_dim).sum();
+        let packed = Packed::pack(first.format(), out_dim, first.in_dim / QK, &c);
         Some(QuantMatrix {
-            format: first.format,
-            out_dim: parts.iter().map(|p| p.out_dim).sum(),
+            out_dim,
             in_dim: first.in_dim,
-            d: parts.iter().flat_map(|p| p.d.iter().copied()).collect(),
-            m: parts.iter().flat_map(|p| p.m.iter().copied()).collect(),
-            qs: parts.iter().flat_map(|p| p.qs.iter().copied()).collect(),
+            packed,
         })
     }
 
@@ -169,69 +157,39 @@ impl QuantMatrix {
     pub fn matmul_with(&self, xs: &[f32], isa: Isa) -> Vec<f32> {
         let acts = quantize_rows(xs, self.in_dim);
         let rows = acts.rows;
-        if rows == 0 {
-            return Vec::new();
-        }
-        // Two rows per 512-bit register pay from two rows on; one row runs 256 bits wide.
-        let paired = (isa == Isa::Avx512Vnni && rows >= 2).then(|| PairedRows::from_batch(&acts));
-        // Each task computes a chunk of output features for every row (features-major in a
-        // small per-thread buffer) and writes its columns of `y` itself.
         let mut y = vec![0.0f32; rows * self.out_dim];
+        if rows == 0 {
+            return y;
+        }
         let out = SharedOut(y.as_mut_ptr());
-        let features_per_task = 32;
-        let tasks = self.out_dim.div_ceil(features_per_task);
-        (0..tasks).into_par_iter().for_each_init(Vec::new, |local, c| {
-            let features = c * features_per_task..((c + 1) * features_per_task).min(self.out_dim);
-            local.clear();
-            local.resize(features.len() * rows, 0.0);
-            for (f, o) in features.clone().zip(local.chunks_exact_mut(rows)) {
-                match &paired {
-                    Some(p) => self.row_dots_paired(f, p, o),
-                    None => self.row_dots(f, &acts, o, isa),
+        let groups = self.out_dim.div_ceil(GROUP);
+        let tasks = groups.div_ceil(GROUPS_PER_TASK);
+        (0..tasks)
+            .into_par_iter()
+            .for_each_init(Vec::new, |local, task| {
+                let first = task * GROUPS_PER_TASK;
+                for g in first..(first + GROUPS_PER_TASK).min(groups) {
+                    local.clear();
+                    local.resize(rows, [0.0f32; GROUP]);
+                    let view = self.packed.group(g);
+                    for r0 in (0..rows).step_by(TILE) {
+                        let n = (rows - r0).min(TILE);
+                        tile(self.format(), isa, &view, &acts, r0, &mut local[r0..r0 + n]);
+                    }
+                    let features = g * GROUP..((g + 1) * GROUP).min(self.out_dim);
+                    for (r, lanes) in local.iter().enumerate() {
+                        // SAFETY: tasks write disjoint column ranges of `y`, which outlives them.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out.at(r * self.out_dim + features.start),
+                                features.len(),
+                            )
+                        };
+                        dst.copy_from_slice(&lanes[..features.len()]);
+                    }
                 }
-            }
-            for r in 0..rows {
-                // SAFETY: tasks write disjoint column ranges of `y`, which outlives the loop.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        out.at(r * self.out_dim + features.start),
-                        features.len(),
-                    )
-                };
-                for (k, d) in dst.iter_mut().enumerate() {
-                    *d = local[k * rows + r];
-                }
-            }
-        });
+            });
         y
-    }
-
-    /// Weight row `f` as the kernels read it.
-    fn weight_row(&self, f: usize) -> WeightRow<'_> {
-        let nb = self.in_dim / QK;
-        WeightRow {
-            d: &self.d[f * nb..][..nb],
-            m: if self.m.is_empty() {
-                &[]
-            } else {
-                &self.m[f * nb..][..nb]
-            },
-            qs: match self.format {
-                QuantFormat::Q4_1 => &self.qs[f * nb * 16..][..nb * 16],
-                QuantFormat::Q8_0 => &self.qs[f * nb * QK..][..nb * QK],
-            },
-        }
-    }
-
-    /// Weight row `f` dotted with every activation row, in tiles of up to 4 rows.
-    fn row_dots(&self, f: usize, acts: &Q8Batch, out: &mut [f32], isa: Isa) {
-        let w = self.weight_row(f);
-        let mut r0 = 0;
-        while r0 < out.len() {
-            let n = (out.len() - r0).min(4);
-            tile(self.format, isa, n, &w, acts, r0, &mut out[r0..r0 + n]);
-            r0 += n;
-        }
     }
 }
 
@@ -254,7 +212,7 @@ pub enum Isa {
     Portable,
     Avx2,
     AvxVnni,
-    /// AVX-512 F/BW/VNNI: two activation rows per register from two rows on.
+    /// AVX-512 F/BW/VNNI: a whole group of 16 features per register.
     Avx512Vnni,
 }
 
@@ -315,101 +273,53 @@ impl PartialOrd for Isa {
     }
 }
 
-impl QuantMatrix {
-    /// Weight row `f` dotted with every (paired) activation row, in tiles of up to 4 pairs.
-    fn row_dots_paired(&self, f: usize, acts: &PairedRows, out: &mut [f32]) {
-        let w = self.weight_row(f);
-        let pairs = acts.rows / 2;
-        let mut p0 = 0;
-        while p0 < pairs {
-            let n = (pairs - p0).min(4);
-            let rows = 2 * p0..(2 * (p0 + n)).min(out.len());
-            paired_tile(self.format, n, &w, acts, p0, &mut out[rows]);
-            p0 += n;
-        }
-    }
-}
-
-/// Dispatch one paired tile of `n` (1..=4) pairs. Only called when AVX-512 VNNI was detected.
-fn paired_tile(
-    format: QuantFormat,
-    n: usize,
-    w: &WeightRow,
-    a: &PairedRows,
-    p0: usize,
-    out: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::dot512::x86::*;
-        macro_rules! by_size {
-            ($k:ident) => {
-                // SAFETY: paired rows exist only when Isa::Avx512Vnni is supported; the weight
-                // row and the paired activations hold `nb` blocks, and `d`/`s` are padded.
-                unsafe {
-                    match n {
-                        4 => $k::<4>(w, a, p0, out),
-                        3 => $k::<3>(w, a, p0, out),
-                        2 => $k::<2>(w, a, p0, out),
-                        _ => $k::<1>(w, a, p0, out),
-                    }
-                }
-            };
-        }
-        match format {
-            QuantFormat::Q4_1 => by_size!(q4_1_pairs),
-            QuantFormat::Q8_0 => by_size!(q8_0_pairs),
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (format, n, w, a, p0, out);
-        unreachable!("paired tiles are x86-64 only");
-    }
-}
-
-/// Dispatch one tile of `n` (1..=4) rows to the kernel for `format` and `isa`.
+/// Run one tile of `out.len()` (1..=TILE) rows on the kernel for `format` and `isa`.
 fn tile(
     format: QuantFormat,
     isa: Isa,
-    n: usize,
-    w: &WeightRow,
+    g: &GroupView,
     a: &Q8Batch,
     r0: usize,
-    out: &mut [f32],
+    out: &mut [[f32; GROUP]],
 ) {
+    macro_rules! sized {
+        ($k:ident, $f:expr) => {
+            match out.len() {
+                4 => $k::<$f, 4>(g, a, r0, out),
+                3 => $k::<$f, 3>(g, a, r0, out),
+                2 => $k::<$f, 2>(g, a, r0, out),
+                _ => $k::<$f, 1>(g, a, r0, out),
+            }
+        };
+    }
+    macro_rules! formats {
+        ($k:ident) => {
+            match format_tag(format) {
+                Q4_0 => sized!($k, Q4_0),
+                Q4_1 => sized!($k, Q4_1),
+                _ => sized!($k, Q8_0),
+            }
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     {
-        use dot::x86::*;
-        macro_rules! by_size {
-            ($k:ident) => {
-                // SAFETY: `isa` comes from Isa::detect (or is below it), so the CPU has the
-                // features; the weight row and activations hold `nb` blocks per row.
-                unsafe {
-                    match n {
-                        4 => $k::<4>(w, a, r0, out),
-                        3 => $k::<3>(w, a, r0, out),
-                        2 => $k::<2>(w, a, r0, out),
-                        _ => $k::<1>(w, a, r0, out),
-                    }
-                }
-            };
-        }
-        match (format, isa) {
-            // One row on AVX-512 machines: 256-bit registers, the VNNI instruction.
-            (QuantFormat::Q4_1, Isa::Avx512Vnni) => return by_size!(q4_1_vnni_vl),
-            (QuantFormat::Q8_0, Isa::Avx512Vnni) => return by_size!(q8_0_vnni_vl),
-            (QuantFormat::Q4_1, Isa::AvxVnni) => return by_size!(q4_1_vnni),
-            (QuantFormat::Q8_0, Isa::AvxVnni) => return by_size!(q8_0_vnni),
-            (QuantFormat::Q4_1, Isa::Avx2) => return by_size!(q4_1_avx2),
-            (QuantFormat::Q8_0, Isa::Avx2) => return by_size!(q8_0_avx2),
-            _ => {}
+        use gemm::x86::*;
+        // SAFETY: `isa` is supported (Isa::detect, or a test's pick from Isa::available);
+        // the group view and activations hold `a.blocks` blocks and the tile's rows.
+        unsafe {
+            match isa {
+                Isa::Avx512Vnni => return formats!(tile512),
+                Isa::AvxVnni => return formats!(tile_vnni),
+                Isa::Avx2 => return formats!(tile_avx2),
+                Isa::Portable => {}
+            }
         }
     }
-    let _ = n;
-    match format {
-        QuantFormat::Q4_1 => dot::q4_1_portable(w, a, r0, out),
-        QuantFormat::Q8_0 => dot::q8_0_portable(w, a, r0, out),
+    let _ = isa;
+    match format_tag(format) {
+        Q4_0 => gemm::portable::<Q4_0>(g, a, r0, out),
+        Q4_1 => gemm::portable::<Q4_1>(g, a, r0, out),
+        _ => gemm::portable::<Q8_0>(g, a, r0, out),
     }
 }
 
@@ -433,14 +343,14 @@ mod tests {
             if format == QuantFormat::Q4_1 {
                 out.extend_from_slice(&f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes());
             }
-            let n = if format == QuantFormat::Q4_1 { 16 } else { 32 };
-            for _ in 0..n {
-                let v: u8 = if b % 5 == 3 { 0xFF } else { rng.random() };
-                out.push(if format == QuantFormat::Q8_0 && v == 0x80 {
-                    0x81
-                } else {
-                    v
-                });
+            for j in 0..format.quant_bytes() {
+                // Saturated nibbles, and Q8_0's -128 (ggml never writes it; a file may).
+                let v: u8 = match b % 5 {
+                    3 => 0xFF,
+                    4 if j % 3 == 0 => 0x80,
+                    _ => rng.random(),
+                };
+                out.push(v);
             }
         }
         out
@@ -462,7 +372,7 @@ mod tests {
     #[test]
     fn simd_equals_reference_and_both_track_the_float_product() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for format in [QuantFormat::Q4_1, QuantFormat::Q8_0] {
+        for format in [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q8_0] {
             let (out_dim, in_dim) = (37, 96);
             let bytes = random_bytes(format, out_dim * in_dim / QK, &mut rng);
             let m = QuantMatrix::from_ggml_bytes(format, out_dim, in_dim, &bytes).unwrap();

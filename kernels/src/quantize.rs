@@ -17,9 +17,10 @@ pub const QK: usize = 32;
 pub struct Q8Batch {
     pub rows: usize,
     pub blocks: usize,
-    pub d: Vec<f32>, // [rows * blocks]
-    pub s: Vec<f32>, // [rows * blocks]
-    pub qs: Vec<i8>, // [rows * blocks * 32]
+    pub d: Vec<f32>,    // [rows * blocks]
+    pub s: Vec<f32>,    // [rows * blocks]
+    pub sums: Vec<i32>, // [rows * blocks]: Σq, for weight formats with an offset
+    pub qs: Vec<i8>,    // [rows * blocks * 32]
 }
 
 /// Quantize `xs`: [rows, dim] with `dim` a multiple of 32.
@@ -36,6 +37,7 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         blocks,
         d: Vec::with_capacity(rows * blocks),
         s: Vec::with_capacity(rows * blocks),
+        sums: Vec::with_capacity(rows * blocks),
         qs: vec![0; rows * blocks * QK],
     };
     let chunks = xs[..rows * dim].chunks_exact(QK);
@@ -55,6 +57,7 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         let d = amax / 127.0;
         out.d.push(f16::from_f32(d).to_f32());
         out.s.push(f16::from_f32(d * sum as f32).to_f32());
+        out.sums.push(sum);
     }
     out
 }
@@ -152,10 +155,16 @@ mod tests {
             .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
             .collect();
         x[32..64].fill(0.0); // a zero block
-        x[64..96].iter_mut().enumerate().for_each(|(i, v)| *v = i as f32 + 0.5); // ties
+        x[64..96]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f32 + 0.5); // ties
         x[96..128].fill(-1e-30); // tiny
         x[128] = 3.0e38; // huge
-        let (a, b) = (quantize_rows_with(&x, 256, false), quantize_rows_with(&x, 256, true));
-        assert_eq!((a.qs, a.d, a.s), (b.qs, b.d, b.s));
+        let (a, b) = (
+            quantize_rows_with(&x, 256, false),
+            quantize_rows_with(&x, 256, true),
+        );
+        assert_eq!((a.qs, a.d, a.s, a.sums), (b.qs, b.d, b.s, b.sums));
     }
 }

@@ -91,7 +91,14 @@ pub fn tree_attention(
         let qh = &q[r * q_width + h * head_dim..][..head_dim];
         let own = visible[r].iter().map(|&v| prefix + v);
         let kv = shape.kv_head(keys, values, h);
-        attend(qh, kv, (0..prefix).chain(own), shape.scale(), &mut scratch, o);
+        attend(
+            qh,
+            kv,
+            (0..prefix).chain(own),
+            shape.scale(),
+            &mut scratch,
+            o,
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! A linear layer over quantized GGUF weights: `y = x · Wᵀ` for a batch of rows.
 //!
-//! Q4_1 and Q8_0 weights run on specgate-kernels' quantized matmul (ggml's arithmetic, each
-//! weight row read once for all rows of a call); other formats, or every format with
+//! Q4_0, Q4_1 and Q8_0 weights run on specgate-kernels' quantized matmul (each weight group
+//! read once for all rows of a call); other formats, or every format with
 //! [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -36,6 +36,7 @@ impl Linear {
     pub fn new(weight: QTensor, backend: MatmulBackend) -> Result<Self, ModelError> {
         let (out_dim, in_dim) = weight.shape().dims2()?;
         let format = match weight.dtype() {
+            GgmlDType::Q4_0 => Some(QuantFormat::Q4_0),
             GgmlDType::Q4_1 => Some(QuantFormat::Q4_1),
             GgmlDType::Q8_0 => Some(QuantFormat::Q8_0),
             _ => None,

@@ -1,0 +1,244 @@
+//! One interleaved group of 16 output features times a tile of activation rows.
+//!
+//! The arithmetic, identical on every path (so batched rows and single rows, and every
+//! instruction set, give the same bits): per block, the exact integer dot of the 32 weights
+//! with the row's 8-bit activations (4-bit formats: their offset of 8 taken out as 8·Σa;
+//! Q8_0 on AVX-512: w + 128 as unsigned bytes, then 128·Σa taken out), then
+//! `acc = fma(d_w · d_a, isum, acc)` in block order; Q4_1 adds its min term
+//! `ms = fma(m_w, s_a, ms)` once at the end.
+
+use crate::packed::{GroupView, QuantFormat, GROUP};
+use crate::quantize::{Q8Batch, QK};
+
+/// Format tags for the const-generic kernels.
+pub const Q4_0: u8 = 0;
+pub const Q4_1: u8 = 1;
+pub const Q8_0: u8 = 2;
+
+pub fn format_tag(format: QuantFormat) -> u8 {
+    match format {
+        QuantFormat::Q4_0 => Q4_0,
+        QuantFormat::Q4_1 => Q4_1,
+        QuantFormat::Q8_0 => Q8_0,
+    }
+}
+
+/// The integer dot of weight feature `lane` of block `b` with activation block `y`.
+fn block_dot<const F: u8>(g: &GroupView, b: usize, lane: usize, y: &[i8]) -> i32 {
+    let segs = if F == Q8_0 { 8 } else { 4 };
+    let mut isum = 0i32;
+    for s in 0..segs {
+        let w = &g.qs[(b * segs + s) * GROUP * 4 + lane * 4..][..4];
+        for (k, &byte) in w.iter().enumerate() {
+            isum += if F == Q8_0 {
+                (byte as i8) as i32 * y[4 * s + k] as i32
+            } else {
+                (byte & 15) as i32 * y[4 * s + k] as i32
+                    + (byte >> 4) as i32 * y[16 + 4 * s + k] as i32
+            };
+        }
+    }
+    isum
+}
+
+/// The reference kernel: rows `r0..r0 + out.len()`.
+pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[f32; GROUP]]) {
+    let nb = a.blocks;
+    for (t, o) in out.iter_mut().enumerate() {
+        let mut acc = [0.0f32; GROUP];
+        let mut ms = [0.0f32; GROUP];
+        for b in 0..nb {
+            let i = (r0 + t) * nb + b;
+            let y = &a.qs[i * QK..][..QK];
+            for lane in 0..GROUP {
+                let mut isum = block_dot::<F>(g, b, lane, y);
+                if F == Q4_0 {
+                    isum -= 8 * a.sums[i];
+                }
+                let dd = g.d[b * GROUP + lane] * a.d[i];
+                acc[lane] = dd.mul_add(isum as f32, acc[lane]);
+                if F == Q4_1 {
+                    ms[lane] = g.m[b * GROUP + lane].mul_add(a.s[i], ms[lane]);
+                }
+            }
+        }
+        for lane in 0..GROUP {
+            o[lane] = if F == Q4_1 {
+                acc[lane] + ms[lane]
+            } else {
+                acc[lane]
+            };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod x86 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// Four activation bytes (positions 4c..4c+4) of block `y`, in every 32-bit lane.
+    #[inline(always)]
+    unsafe fn chunk(y: *const i8, c: usize) -> i32 {
+        std::ptr::read_unaligned(y.add(4 * c) as *const i32)
+    }
+
+    /// AVX-512 VNNI: all 16 features of the group in one register.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW and VNNI; `g` and `a` must hold `a.blocks` blocks and
+    /// rows `r0..r0 + R`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn tile512<const F: u8, const R: usize>(
+        g: &GroupView,
+        a: &Q8Batch,
+        r0: usize,
+        out: &mut [[f32; GROUP]],
+    ) {
+        let nb = a.blocks;
+        let segs = if F == Q8_0 { 8 } else { 4 };
+        let nib = _mm512_set1_epi8(0x0F);
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut ms = [_mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let qs = g.qs.as_ptr().add(b * segs * GROUP * 4);
+            let mut w = [_mm512_setzero_si512(); 8];
+            if F == Q8_0 {
+                for (c, w) in w.iter_mut().enumerate() {
+                    let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
+                    *w = _mm512_xor_si512(v, _mm512_set1_epi8(-128)); // w + 128, unsigned
+                }
+            } else {
+                for c in 0..4 {
+                    let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
+                    w[c] = _mm512_and_si512(v, nib);
+                    w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                }
+            }
+            let wd = _mm512_loadu_ps(g.d.as_ptr().add(b * GROUP));
+            for t in 0..R {
+                let i = (r0 + t) * nb + b;
+                let y = a.qs.as_ptr().add(i * QK);
+                let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for c in 0..4 {
+                    s0 = _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(chunk(y, c)));
+                    s1 = _mm512_dpbusd_epi32(s1, w[c + 4], _mm512_set1_epi32(chunk(y, c + 4)));
+                }
+                let mut isum = _mm512_add_epi32(s0, s1);
+                let offset = match F {
+                    Q4_0 => 8,
+                    Q8_0 => 128,
+                    _ => 0,
+                };
+                if offset != 0 {
+                    let o = _mm512_set1_epi32(offset * *a.sums.get_unchecked(i));
+                    isum = _mm512_sub_epi32(isum, o);
+                }
+                let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
+                acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
+                if F == Q4_1 {
+                    let wm = _mm512_loadu_ps(g.m.as_ptr().add(b * GROUP));
+                    let s = _mm512_set1_ps(*a.s.get_unchecked(i));
+                    ms[t] = _mm512_fmadd_ps(wm, s, ms[t]);
+                }
+            }
+        }
+        for t in 0..R {
+            let v = if F == Q4_1 {
+                _mm512_add_ps(acc[t], ms[t])
+            } else {
+                acc[t]
+            };
+            _mm512_storeu_ps(out[t].as_mut_ptr(), v);
+        }
+    }
+
+    /// 256-bit kernels: the group as two halves of eight features. `$dot(acc, u8, i8)` adds
+    /// the eight lanes' sums of four byte products to `acc` (no i16 saturation on the
+    /// maddubs path: nibbles reach 2·15·127, sign-trick Q8_0 pairs 2·128·127).
+    macro_rules! tile256 {
+        ($features:literal, $name:ident, $dot:ident) => {
+            /// # Safety
+            /// The CPU must have the target features; `g` and `a` must hold `a.blocks`
+            /// blocks and rows `r0..r0 + R`.
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name<const F: u8, const R: usize>(
+                g: &GroupView,
+                a: &Q8Batch,
+                r0: usize,
+                out: &mut [[f32; GROUP]],
+            ) {
+                let nb = a.blocks;
+                let segs = if F == Q8_0 { 8 } else { 4 };
+                let nib = _mm256_set1_epi8(0x0F);
+                for h in 0..2 {
+                    let mut acc = [_mm256_setzero_ps(); R];
+                    let mut ms = [_mm256_setzero_ps(); R];
+                    for b in 0..nb {
+                        let qs = g.qs.as_ptr().add(b * segs * GROUP * 4 + h * 32);
+                        let mut w = [_mm256_setzero_si256(); 8];
+                        if F == Q8_0 {
+                            for (c, w) in w.iter_mut().enumerate() {
+                                *w = _mm256_loadu_si256(qs.add(c * 64) as *const __m256i);
+                            }
+                        } else {
+                            for c in 0..4 {
+                                let v = _mm256_loadu_si256(qs.add(c * 64) as *const __m256i);
+                                w[c] = _mm256_and_si256(v, nib);
+                                w[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                            }
+                        }
+                        let wd = _mm256_loadu_ps(g.d.as_ptr().add(b * GROUP + h * 8));
+                        for t in 0..R {
+                            let i = (r0 + t) * nb + b;
+                            let y = a.qs.as_ptr().add(i * QK);
+                            let mut isum = _mm256_setzero_si256();
+                            for (c, &wc) in w.iter().enumerate() {
+                                let yc = _mm256_set1_epi32(chunk(y, c));
+                                isum = if F == Q8_0 {
+                                    // |w| times the activations with w's sign moved onto them.
+                                    $dot(isum, _mm256_sign_epi8(wc, wc), _mm256_sign_epi8(yc, wc))
+                                } else {
+                                    $dot(isum, wc, yc)
+                                };
+                            }
+                            if F == Q4_0 {
+                                let o = _mm256_set1_epi32(8 * *a.sums.get_unchecked(i));
+                                isum = _mm256_sub_epi32(isum, o);
+                            }
+                            let dd = _mm256_mul_ps(wd, _mm256_set1_ps(*a.d.get_unchecked(i)));
+                            acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
+                            if F == Q4_1 {
+                                let wm = _mm256_loadu_ps(g.m.as_ptr().add(b * GROUP + h * 8));
+                                let s = _mm256_set1_ps(*a.s.get_unchecked(i));
+                                ms[t] = _mm256_fmadd_ps(wm, s, ms[t]);
+                            }
+                        }
+                    }
+                    for t in 0..R {
+                        let v = if F == Q4_1 {
+                            _mm256_add_ps(acc[t], ms[t])
+                        } else {
+                            acc[t]
+                        };
+                        _mm256_storeu_ps(out[t].as_mut_ptr().add(h * 8), v);
+                    }
+                }
+            }
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn dot_avx2(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        let pairs = _mm256_maddubs_epi16(x, y);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    #[inline(always)]
+    unsafe fn dot_vnni(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, x, y)
+    }
+
+    tile256!("avx2,fma", tile_avx2, dot_avx2);
+    tile256!("avx2,fma,avxvnni", tile_vnni, dot_vnni);
+}
