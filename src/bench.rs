@@ -111,17 +111,17 @@ pub fn verify_cost_curve(
 ) -> anyhow::Result<Vec<(usize, f64, f64)>> {
     let seq: SeqId = model.new_sequence();
     model.forward_one(seq, &tokens[..cached], LogitRows::None)?;
-    let mut medians = Vec::new();
-    for &n in ns {
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
+    // Every repetition runs every n in turn, so drift in machine speed hits all n alike.
+    let mut times = vec![Vec::with_capacity(reps); ns.len()];
+    for _ in 0..reps {
+        for (&n, times) in ns.iter().zip(&mut times) {
             let t = Instant::now();
             model.forward_one(seq, &tokens[cached..cached + n], LogitRows::All)?;
             times.push(t.elapsed().as_secs_f64());
             model.truncate(seq, cached)?;
         }
-        medians.push((n, median(&times)));
     }
+    let medians: Vec<(usize, f64)> = ns.iter().zip(&times).map(|(&n, t)| (n, median(t))).collect();
     model.release(seq);
     let base = medians.first().map_or(f64::NAN, |m| m.1);
     Ok(medians.into_iter().map(|(n, s)| (n, s, s / base)).collect())
@@ -159,7 +159,7 @@ pub fn bench_decode(
         ref_p.push(rp);
     }
     let ns = [1, 2, 4, 8, 16];
-    let verify_cost = verify_cost_curve(&mut lm.model, &tokens, 300, &ns, 7)?;
+    let verify_cost = verify_cost_curve(&mut lm.model, &tokens, 300, &ns, 15)?;
     drop(reference);
     let mut on_candle = LoadedModel::load_with(path, MatmulBackend::Candle)?;
     let verify_cost_candle_matmul = verify_cost_curve(&mut on_candle.model, &tokens, 300, &ns, 7)?;
@@ -200,7 +200,7 @@ pub fn bench_decode(
     )?;
     writeln!(
         out,
-        "\nforward of n tokens after a 300-token cache (medians of 7):"
+        "\nforward of n tokens after a 300-token cache (medians of 15 interleaved runs; candle: 7):"
     )?;
     writeln!(
         out,
