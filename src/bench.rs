@@ -121,7 +121,11 @@ pub fn verify_cost_curve(
             model.truncate(seq, cached)?;
         }
     }
-    let medians: Vec<(usize, f64)> = ns.iter().zip(&times).map(|(&n, t)| (n, median(t))).collect();
+    let medians: Vec<(usize, f64)> = ns
+        .iter()
+        .zip(&times)
+        .map(|(&n, t)| (n, median(t)))
+        .collect();
     model.release(seq);
     let base = medians.first().map_or(f64::NAN, |m| m.1);
     Ok(medians.into_iter().map(|(n, s)| (n, s, s / base)).collect())

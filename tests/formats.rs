@@ -51,7 +51,9 @@ fn every_supported_format_loads_and_agrees_with_quantized_llama() {
         eprintln!("{dtype:?}: max |Δlogit| vs quantized_llama {diff:.2e} (max |logit| {span:.1})");
         // Our f16 KV cache and f16-rounded attention weights (llama.cpp's rounding) differ from
         // candle's f32 attention by float rounding; on random 256-wide models that reached
-        // 2.5% of the largest logit across draws, so the bound is 5%.
+        // 2.5% of the largest logit across draws, so the bound is 5%. K-quants add candle's
+        // coarser activations (one 8-bit scale per 256 values, where our kernel keeps one per
+        // 32): measured 2.6% (Q4_K) and 3.6% (Q6_K).
         assert!(diff < 0.05 * span, "{dtype:?}: {diff} of {span}");
         assert_eq!(argmax(ours.row(0, 0)), argmax(&theirs), "{dtype:?}");
     }

@@ -5,7 +5,8 @@
 //! with the row's 8-bit activations (4-bit formats: their offset of 8 taken out as 8·Σa;
 //! Q8_0 on AVX-512: w + 128 as unsigned bytes, then 128·Σa taken out), then
 //! `acc = fma(d_w · d_a, isum, acc)` in block order; Q4_1 adds its min term
-//! `ms = fma(m_w, s_a, ms)` once at the end.
+//! `ms = fma(m_w, s_a, ms)` once at the end. Q6_K blocks (unsigned 6-bit values, a scale per
+//! half) do the same per half, taking out 32·Σa of that half.
 
 use crate::packed::{GroupView, QuantFormat, GROUP};
 use crate::quantize::{Q8Batch, QK};
@@ -14,27 +15,47 @@ use crate::quantize::{Q8Batch, QK};
 pub const Q4_0: u8 = 0;
 pub const Q4_1: u8 = 1;
 pub const Q8_0: u8 = 2;
+pub const Q6_K: u8 = 3;
 
 pub fn format_tag(format: QuantFormat) -> u8 {
     match format {
         QuantFormat::Q4_0 => Q4_0,
         QuantFormat::Q4_1 => Q4_1,
         QuantFormat::Q8_0 => Q8_0,
+        QuantFormat::Q6K => Q6_K,
+        QuantFormat::Q4K => format_tag(format.kernel()),
     }
 }
 
-/// The integer dot of weight feature `lane` of block `b` with activation block `y`.
-fn block_dot<const F: u8>(g: &GroupView, b: usize, lane: usize, y: &[i8]) -> i32 {
-    let segs = if F == Q8_0 { 8 } else { 4 };
+/// Segments of 4 bytes per feature in a block of format `F`.
+const fn segments(f: u8) -> usize {
+    if f == Q8_0 || f == Q6_K {
+        8
+    } else {
+        4
+    }
+}
+
+/// The integer dot of weight feature `lane` of block `b` with activation block `y`, over
+/// segments `segs` (4-bit formats: each segment's low and high nibbles).
+fn block_dot<const F: u8>(
+    g: &GroupView,
+    b: usize,
+    lane: usize,
+    y: &[i8],
+    segs: std::ops::Range<usize>,
+) -> i32 {
     let mut isum = 0i32;
-    for s in 0..segs {
-        let w = &g.qs[(b * segs + s) * GROUP * 4 + lane * 4..][..4];
+    for s in segs {
+        let w = &g.qs[(b * segments(F) + s) * GROUP * 4 + lane * 4..][..4];
         for (k, &byte) in w.iter().enumerate() {
-            isum += if F == Q8_0 {
-                (byte as i8) as i32 * y[4 * s + k] as i32
-            } else {
-                (byte & 15) as i32 * y[4 * s + k] as i32
-                    + (byte >> 4) as i32 * y[16 + 4 * s + k] as i32
+            isum += match F {
+                Q8_0 => (byte as i8) as i32 * y[4 * s + k] as i32,
+                Q6_K => byte as i32 * y[4 * s + k] as i32,
+                _ => {
+                    (byte & 15) as i32 * y[4 * s + k] as i32
+                        + (byte >> 4) as i32 * y[16 + 4 * s + k] as i32
+                }
             };
         }
     }
@@ -51,7 +72,16 @@ pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[
             let i = (r0 + t) * nb + b;
             let y = &a.qs[i * QK..][..QK];
             for lane in 0..GROUP {
-                let mut isum = block_dot::<F>(g, b, lane, y);
+                if F == Q6_K {
+                    for h in 0..2 {
+                        let dot = block_dot::<F>(g, b, lane, y, 4 * h..4 * h + 4);
+                        let isum = dot - 32 * a.sums16[2 * i + h];
+                        let dd = g.d[(2 * b + h) * GROUP + lane] * a.d[i];
+                        acc[lane] = dd.mul_add(isum as f32, acc[lane]);
+                    }
+                    continue;
+                }
+                let mut isum = block_dot::<F>(g, b, lane, y, 0..segments(F));
                 if F == Q4_0 {
                     isum -= 8 * a.sums[i];
                 }
@@ -96,7 +126,7 @@ pub mod x86 {
         out: &mut [[f32; GROUP]],
     ) {
         let nb = a.blocks;
-        let segs = if F == Q8_0 { 8 } else { 4 };
+        let segs = segments(F);
         let nib = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); R];
         let mut ms = [_mm512_setzero_ps(); R];
@@ -108,6 +138,10 @@ pub mod x86 {
                     let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
                     *w = _mm512_xor_si512(v, _mm512_set1_epi8(-128)); // w + 128, unsigned
                 }
+            } else if F == Q6_K {
+                for (c, w) in w.iter_mut().enumerate() {
+                    *w = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
+                }
             } else {
                 for c in 0..4 {
                     let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
@@ -115,7 +149,9 @@ pub mod x86 {
                     w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
                 }
             }
-            let wd = _mm512_loadu_ps(g.d.as_ptr().add(b * GROUP));
+            let scales = if F == Q6_K { 2 } else { 1 };
+            let wd = _mm512_loadu_ps(g.d.as_ptr().add(b * scales * GROUP));
+            let wd2 = _mm512_loadu_ps(g.d.as_ptr().add((b * scales + scales - 1) * GROUP));
             for t in 0..R {
                 let i = (r0 + t) * nb + b;
                 let y = a.qs.as_ptr().add(i * QK);
@@ -123,6 +159,16 @@ pub mod x86 {
                 for c in 0..4 {
                     s0 = _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(chunk(y, c)));
                     s1 = _mm512_dpbusd_epi32(s1, w[c + 4], _mm512_set1_epi32(chunk(y, c + 4)));
+                }
+                if F == Q6_K {
+                    let ad = _mm512_set1_ps(*a.d.get_unchecked(i));
+                    for (h, (s, wd)) in [(s0, wd), (s1, wd2)].into_iter().enumerate() {
+                        let o = _mm512_set1_epi32(32 * *a.sums16.get_unchecked(2 * i + h));
+                        let isum = _mm512_sub_epi32(s, o);
+                        let dd = _mm512_mul_ps(wd, ad);
+                        acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
+                    }
+                    continue;
                 }
                 let mut isum = _mm512_add_epi32(s0, s1);
                 let offset = match F {
@@ -169,7 +215,8 @@ pub mod x86 {
                 out: &mut [[f32; GROUP]],
             ) {
                 let nb = a.blocks;
-                let segs = if F == Q8_0 { 8 } else { 4 };
+                let segs = segments(F);
+                let scales = if F == Q6_K { 2 } else { 1 };
                 let nib = _mm256_set1_epi8(0x0F);
                 for h in 0..2 {
                     let mut acc = [_mm256_setzero_ps(); R];
@@ -177,7 +224,7 @@ pub mod x86 {
                     for b in 0..nb {
                         let qs = g.qs.as_ptr().add(b * segs * GROUP * 4 + h * 32);
                         let mut w = [_mm256_setzero_si256(); 8];
-                        if F == Q8_0 {
+                        if F == Q8_0 || F == Q6_K {
                             for (c, w) in w.iter_mut().enumerate() {
                                 *w = _mm256_loadu_si256(qs.add(c * 64) as *const __m256i);
                             }
@@ -188,10 +235,27 @@ pub mod x86 {
                                 w[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
                             }
                         }
-                        let wd = _mm256_loadu_ps(g.d.as_ptr().add(b * GROUP + h * 8));
+                        let wd = _mm256_loadu_ps(g.d.as_ptr().add(b * scales * GROUP + h * 8));
                         for t in 0..R {
                             let i = (r0 + t) * nb + b;
                             let y = a.qs.as_ptr().add(i * QK);
+                            if F == Q6_K {
+                                let ad = _mm256_set1_ps(*a.d.get_unchecked(i));
+                                for half in 0..2 {
+                                    let mut isum = _mm256_setzero_si256();
+                                    for c in 4 * half..4 * half + 4 {
+                                        let yc = _mm256_set1_epi32(chunk(y, c));
+                                        isum = $dot(isum, w[c], yc);
+                                    }
+                                    let s = *a.sums16.get_unchecked(2 * i + half);
+                                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(32 * s));
+                                    let at = (b * 2 + half) * GROUP + h * 8;
+                                    let dd =
+                                        _mm256_mul_ps(_mm256_loadu_ps(g.d.as_ptr().add(at)), ad);
+                                    acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
+                                }
+                                continue;
+                            }
                             let mut isum = _mm256_setzero_si256();
                             for (c, &wc) in w.iter().enumerate() {
                                 let yc = _mm256_set1_epi32(chunk(y, c));

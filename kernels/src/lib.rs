@@ -2,11 +2,16 @@
 //!
 //! `qmatmul`: the CPU quantized matrix multiply behind every linear layer of the engine. It
 //! quantizes each activation row once to 8 bits exactly as ggml does (scale 127/amax, round
-//! half to even, block sum in f32 then f16), sums integer products per block, and reads each
-//! weight row once for all activation rows of a call (the k+1 rows of a verify pass).
+//! half to even, block sum in f32 then f16), keeps the weights interleaved 16 output features
+//! at a time (`packed`) so one integer dot instruction serves a whole group, and reads each
+//! group once for all activation rows of a call (the k+1 rows of a verify pass).
+//! `attention`: one query head over the f16 KV cache. Every path (AVX-512, AVX-VNNI, AVX2,
+//! portable) gives the same bits, and a row's result never depends on the other rows of the
+//! call, which is what keeps speculative output equal to plain decoding.
 
 pub mod attention;
 mod gemm;
+pub mod kquants;
 pub mod packed;
 pub mod qmatmul;
 pub mod quantize;

@@ -13,7 +13,8 @@ use crate::quantize::QK;
 /// Output features per interleaved group (one 512-bit register of f32).
 pub const GROUP: usize = 16;
 
-/// The block formats the kernels read, as ggml defines them.
+/// The GGUF weight formats the kernels read. K-quants are rewritten at load into 32-weight
+/// blocks (see [`crate::kquants`]): Q4_K as Q4_1, Q6_K as its own layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuantFormat {
     /// 32 weights = f16 d, 16 bytes of nibbles; w = d·(q − 8).
@@ -22,26 +23,55 @@ pub enum QuantFormat {
     Q4_1,
     /// 32 weights = f16 d, 32 i8; w = d·q.
     Q8_0,
+    /// 256 weights: 6-bit scales and mins per 32, nibbles; w = d·sc·q − dmin·min.
+    Q4K,
+    /// 256 weights: 6-bit values with an i8 scale per 16; w = d·sc·(q − 32). In the kernel
+    /// layout: 32 unsigned 6-bit values per block, one scale per half.
+    Q6K,
 }
 
 impl QuantFormat {
-    /// Bytes of one ggml block.
-    pub fn block_bytes(self) -> usize {
-        self.scale_bytes() + self.quant_bytes()
-    }
-
-    fn scale_bytes(self) -> usize {
+    /// Weights per GGUF block.
+    pub fn block_weights(self) -> usize {
         match self {
-            Self::Q4_1 => 4,
-            Self::Q4_0 | Self::Q8_0 => 2,
+            Self::Q4K | Self::Q6K => crate::kquants::QK_K,
+            _ => QK,
         }
     }
 
-    /// Bytes of quantized values in one block.
-    pub fn quant_bytes(self) -> usize {
+    /// Bytes per GGUF block.
+    pub fn block_bytes(self) -> usize {
         match self {
-            Self::Q4_0 | Self::Q4_1 => QK / 2,
-            Self::Q8_0 => QK,
+            Self::Q4_0 => 18,
+            Self::Q4_1 => 20,
+            Self::Q8_0 => 34,
+            Self::Q4K => crate::kquants::Q4_K_BYTES,
+            Self::Q6K => crate::kquants::Q6_K_BYTES,
+        }
+    }
+
+    /// The 32-weight layout the kernels run this format in.
+    pub fn kernel(self) -> Self {
+        match self {
+            Self::Q4K => Self::Q4_1,
+            f => f,
+        }
+    }
+
+    /// Bytes of quantized values per 32 weights, in the kernel layout.
+    pub fn quant_bytes(self) -> usize {
+        match self.kernel() {
+            Self::Q8_0 | Self::Q6K => QK,
+            _ => QK / 2,
+        }
+    }
+
+    /// Scales per 32 weights, in the kernel layout (Q6_K: one per half).
+    pub fn scales(self) -> usize {
+        if self == Self::Q6K {
+            2
+        } else {
+            1
         }
     }
 
@@ -54,7 +84,7 @@ impl QuantFormat {
 /// Weights feature by feature, as ggml orders them, with scales widened to f32.
 #[derive(Debug, Clone, Default)]
 pub struct Canonical {
-    pub d: Vec<f32>, // [features * blocks]
+    pub d: Vec<f32>, // [features * blocks * scales]
     pub m: Vec<f32>, // Q4_1 only: [features * blocks]
     pub qs: Vec<u8>, // [features * blocks * quant_bytes]
 }
@@ -65,7 +95,7 @@ pub struct Packed {
     pub format: QuantFormat,
     pub blocks: usize, // per feature
     pub qs: Vec<u8>,   // [groups][blocks][segments][GROUP][4]
-    pub d: Vec<f32>,   // [groups][blocks][GROUP]
+    pub d: Vec<f32>,   // [groups][blocks][scales][GROUP]
     pub m: Vec<f32>,   // Q4_1 only: [groups][blocks][GROUP]
 }
 
@@ -80,13 +110,13 @@ pub struct GroupView<'a> {
 impl Packed {
     pub fn pack(format: QuantFormat, features: usize, blocks: usize, c: &Canonical) -> Self {
         let groups = features.div_ceil(GROUP);
-        let (qb, segs) = (format.quant_bytes(), format.segments());
+        let (qb, segs, ns) = (format.quant_bytes(), format.segments(), format.scales());
         let with_m = format == QuantFormat::Q4_1;
         let mut out = Packed {
             format,
             blocks,
             qs: vec![0; groups * blocks * GROUP * qb],
-            d: vec![0.0; groups * blocks * GROUP],
+            d: vec![0.0; groups * blocks * GROUP * ns],
             m: vec![0.0; if with_m { groups * blocks * GROUP } else { 0 }],
         };
         for f in 0..features {
@@ -94,7 +124,9 @@ impl Packed {
             for b in 0..blocks {
                 let src = f * blocks + b;
                 let dst = (g * blocks + b) * GROUP + lane;
-                out.d[dst] = c.d[src];
+                for k in 0..ns {
+                    out.d[((g * blocks + b) * ns + k) * GROUP + lane] = c.d[src * ns + k];
+                }
                 if with_m {
                     out.m[dst] = c.m[src];
                 }
@@ -110,19 +142,18 @@ impl Packed {
 
     /// Back to feature order (for stacking matrices and for tests).
     pub fn unpack(&self, features: usize) -> Canonical {
-        let (qb, segs, blocks) = (
-            self.format.quant_bytes(),
-            self.format.segments(),
-            self.blocks,
-        );
+        let format = self.format;
+        let (qb, segs, ns) = (format.quant_bytes(), format.segments(), format.scales());
+        let blocks = self.blocks;
         let mut c = Canonical::default();
         for f in 0..features {
             let (g, lane) = (f / GROUP, f % GROUP);
             for b in 0..blocks {
-                let at = (g * blocks + b) * GROUP + lane;
-                c.d.push(self.d[at]);
+                for k in 0..ns {
+                    c.d.push(self.d[((g * blocks + b) * ns + k) * GROUP + lane]);
+                }
                 if !self.m.is_empty() {
-                    c.m.push(self.m[at]);
+                    c.m.push(self.m[(g * blocks + b) * GROUP + lane]);
                 }
                 for s in 0..segs {
                     let at = ((g * blocks + b) * segs + s) * GROUP * 4 + lane * 4;
@@ -136,10 +167,10 @@ impl Packed {
 
     pub fn group(&self, g: usize) -> GroupView<'_> {
         let n = self.blocks * GROUP;
-        let qn = n * self.format.quant_bytes();
+        let (qn, dn) = (n * self.format.quant_bytes(), n * self.format.scales());
         GroupView {
             qs: &self.qs[g * qn..][..qn],
-            d: &self.d[g * n..][..n],
+            d: &self.d[g * dn..][..dn],
             m: if self.m.is_empty() {
                 &[]
             } else {
@@ -155,11 +186,16 @@ mod tests {
 
     #[test]
     fn pack_then_unpack_is_the_identity_with_a_ragged_last_group() {
-        for format in [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q8_0] {
+        for format in [
+            QuantFormat::Q4_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q8_0,
+            QuantFormat::Q6K,
+        ] {
             let (features, blocks) = (21, 3);
             let n = features * blocks;
             let c = Canonical {
-                d: (0..n).map(|i| i as f32).collect(),
+                d: (0..n * format.scales()).map(|i| i as f32).collect(),
                 m: if format == QuantFormat::Q4_1 {
                     (0..n).map(|i| -(i as f32)).collect()
                 } else {

@@ -1,4 +1,4 @@
-//! `y = x · Wᵀ` for quantized W (GGUF Q4_0, Q4_1 or Q8_0) and f32 rows x.
+//! `y = x · Wᵀ` for quantized W (GGUF Q4_0, Q4_1, Q8_0, Q4_K or Q6_K) and f32 rows x.
 //!
 //! Each activation row is quantized to 8 bits once per call (ggml's `quantize_row_q8_1`);
 //! weights are kept in the interleaved layout of [`crate::packed`], and each group of 16
@@ -12,14 +12,15 @@ use std::sync::OnceLock;
 use half::f16;
 use rayon::prelude::*;
 
-use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q8_0};
+use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q6_K, Q8_0};
+use crate::kquants;
 pub use crate::packed::QuantFormat;
 use crate::packed::{Canonical, GroupView, Packed, GROUP};
 use crate::quantize::{quantize_rows, Q8Batch, QK};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum KernelError {
-    #[error("{format:?} weights of {in_dim} columns: not a whole number of 32-blocks")]
+    #[error("{format:?} weights of {in_dim} columns: not a whole number of blocks")]
     Shape { format: QuantFormat, in_dim: usize },
     #[error("{format:?} data is {got} bytes, expected {expected}")]
     Size {
@@ -51,11 +52,10 @@ impl QuantMatrix {
         in_dim: usize,
         bytes: &[u8],
     ) -> Result<Self, KernelError> {
-        if !in_dim.is_multiple_of(QK) {
+        if !in_dim.is_multiple_of(format.block_weights()) {
             return Err(KernelError::Shape { format, in_dim });
         }
-        let blocks = out_dim * in_dim / QK;
-        let expected = blocks * format.block_bytes();
+        let expected = out_dim * in_dim / format.block_weights() * format.block_bytes();
         if bytes.len() != expected {
             return Err(KernelError::Size {
                 format,
@@ -63,20 +63,15 @@ impl QuantMatrix {
                 expected,
             });
         }
-        let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let mut c = Canonical::default();
-        let scales = format.block_bytes() - format.quant_bytes();
-        for blk in bytes.chunks_exact(format.block_bytes()) {
-            c.d.push(half(&blk[0..2]));
-            if format == QuantFormat::Q4_1 {
-                c.m.push(half(&blk[2..4]));
-            }
-            c.qs.extend_from_slice(&blk[scales..]);
-        }
+        let c = match format {
+            QuantFormat::Q4K => kquants::q4_k_as_q4_1(bytes),
+            QuantFormat::Q6K => kquants::q6_k_as_halves(bytes),
+            _ => simple_blocks(format, bytes),
+        };
         Ok(Self {
             out_dim,
             in_dim,
-            packed: Packed::pack(format, out_dim, in_dim / QK, &c),
+            packed: Packed::pack(format.kernel(), out_dim, in_dim / QK, &c),
         })
     }
 
@@ -99,7 +94,7 @@ impl QuantMatrix {
         let mut out = vec![0.0f32; self.in_dim];
         for b in 0..nb {
             let i = r * nb + b;
-            let (d, q) = (c.d[i], &c.qs[i * qb..][..qb]);
+            let (d, q) = (c.d[i * self.format().scales()], &c.qs[i * qb..][..qb]);
             let o = &mut out[b * QK..][..QK];
             match self.format() {
                 QuantFormat::Q4_0 | QuantFormat::Q4_1 => {
@@ -117,6 +112,12 @@ impl QuantMatrix {
                         o[j] = d * (v as i8) as f32;
                     }
                 }
+                QuantFormat::Q6K => {
+                    for (j, &v) in q.iter().enumerate() {
+                        o[j] = c.d[2 * i + j / 16] * (v as i32 - 32) as f32;
+                    }
+                }
+                QuantFormat::Q4K => unreachable!("Q4_K is held as Q4_1"),
             }
         }
         out
@@ -191,6 +192,21 @@ impl QuantMatrix {
             });
         y
     }
+}
+
+/// 32-weight GGUF blocks (Q4_0, Q4_1, Q8_0) in feature order, scales widened to f32.
+fn simple_blocks(format: QuantFormat, bytes: &[u8]) -> Canonical {
+    let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+    let mut c = Canonical::default();
+    let scales = format.block_bytes() - format.quant_bytes();
+    for blk in bytes.chunks_exact(format.block_bytes()) {
+        c.d.push(half(&blk[0..2]));
+        if format == QuantFormat::Q4_1 {
+            c.m.push(half(&blk[2..4]));
+        }
+        c.qs.extend_from_slice(&blk[scales..]);
+    }
+    c
 }
 
 /// The output of a product, written by every task at its own columns.
@@ -297,6 +313,7 @@ fn tile(
             match format_tag(format) {
                 Q4_0 => sized!($k, Q4_0),
                 Q4_1 => sized!($k, Q4_1),
+                Q6_K => sized!($k, Q6_K),
                 _ => sized!($k, Q8_0),
             }
         };
@@ -319,6 +336,7 @@ fn tile(
     match format_tag(format) {
         Q4_0 => gemm::portable::<Q4_0>(g, a, r0, out),
         Q4_1 => gemm::portable::<Q4_1>(g, a, r0, out),
+        Q6_K => gemm::portable::<Q6_K>(g, a, r0, out),
         _ => gemm::portable::<Q8_0>(g, a, r0, out),
     }
 }
@@ -331,17 +349,33 @@ mod tests {
 
     /// Random blocks, plus adversarial ones: zero blocks, extreme scales, saturated nibbles.
     fn random_bytes(format: QuantFormat, blocks: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+        let scale = |b: usize, rng: &mut ChaCha8Rng| match b % 5 {
+            0 => 0.0,
+            1 => 60000.0,
+            2 => 1e-7,
+            _ => rng.random_range(-0.1f32..0.1),
+        };
+        let half = |v: f32| f16::from_f32(v).to_le_bytes();
         let mut out = Vec::with_capacity(blocks * format.block_bytes());
         for b in 0..blocks {
-            let d = match b % 5 {
-                0 => 0.0,
-                1 => 60000.0,
-                2 => 1e-7,
-                _ => rng.random_range(-0.1f32..0.1),
-            };
-            out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+            if format.block_weights() > QK {
+                // K-quants: random quants, scales and mins; f16 super-block scales set.
+                let start = out.len();
+                out.extend((0..format.block_bytes()).map(|_| rng.random::<u8>()));
+                let at = if format == QuantFormat::Q4K {
+                    [0, 2]
+                } else {
+                    [208, 208]
+                };
+                for a in at {
+                    let v = half(scale(b, rng));
+                    out[start + a..start + a + 2].copy_from_slice(&v);
+                }
+                continue;
+            }
+            out.extend_from_slice(&half(scale(b, rng)));
             if format == QuantFormat::Q4_1 {
-                out.extend_from_slice(&f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes());
+                out.extend_from_slice(&half(rng.random_range(-1.0f32..1.0)));
             }
             for j in 0..format.quant_bytes() {
                 // Saturated nibbles, and Q8_0's -128 (ggml never writes it; a file may).
@@ -372,9 +406,17 @@ mod tests {
     #[test]
     fn simd_equals_reference_and_both_track_the_float_product() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for format in [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q8_0] {
-            let (out_dim, in_dim) = (37, 96);
-            let bytes = random_bytes(format, out_dim * in_dim / QK, &mut rng);
+        let formats = [
+            QuantFormat::Q4_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q8_0,
+            QuantFormat::Q4K,
+            QuantFormat::Q6K,
+        ];
+        for format in formats {
+            let out_dim = 37;
+            let in_dim = 3 * format.block_weights();
+            let bytes = random_bytes(format, out_dim * in_dim / format.block_weights(), &mut rng);
             let m = QuantMatrix::from_ggml_bytes(format, out_dim, in_dim, &bytes).unwrap();
             for rows in 1..=33 {
                 let x: Vec<f32> = (0..rows * in_dim)

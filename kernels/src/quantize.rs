@@ -17,10 +17,11 @@ pub const QK: usize = 32;
 pub struct Q8Batch {
     pub rows: usize,
     pub blocks: usize,
-    pub d: Vec<f32>,    // [rows * blocks]
-    pub s: Vec<f32>,    // [rows * blocks]
-    pub sums: Vec<i32>, // [rows * blocks]: Σq, for weight formats with an offset
-    pub qs: Vec<i8>,    // [rows * blocks * 32]
+    pub d: Vec<f32>,      // [rows * blocks]
+    pub s: Vec<f32>,      // [rows * blocks]
+    pub sums: Vec<i32>,   // [rows * blocks]: Σq, for weight formats with an offset
+    pub sums16: Vec<i32>, // [rows * blocks * 2]: Σq of each half (Q6_K's scales are per 16)
+    pub qs: Vec<i8>,      // [rows * blocks * 32]
 }
 
 /// Quantize `xs`: [rows, dim] with `dim` a multiple of 32.
@@ -38,6 +39,7 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         d: Vec::with_capacity(rows * blocks),
         s: Vec::with_capacity(rows * blocks),
         sums: Vec::with_capacity(rows * blocks),
+        sums16: Vec::with_capacity(rows * blocks * 2),
         qs: vec![0; rows * blocks * QK],
     };
     let chunks = xs[..rows * dim].chunks_exact(QK);
@@ -58,6 +60,8 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         out.d.push(f16::from_f32(d).to_f32());
         out.s.push(f16::from_f32(d * sum as f32).to_f32());
         out.sums.push(sum);
+        let first: i32 = qs[..QK / 2].iter().map(|&q| q as i32).sum();
+        out.sums16.extend([first, sum - first]);
     }
     out
 }
@@ -166,5 +170,6 @@ mod tests {
             quantize_rows_with(&x, 256, true),
         );
         assert_eq!((a.qs, a.d, a.s, a.sums), (b.qs, b.d, b.s, b.sums));
+        assert_eq!(a.sums16, b.sums16);
     }
 }

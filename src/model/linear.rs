@@ -1,6 +1,6 @@
 //! A linear layer over quantized GGUF weights: `y = x · Wᵀ` for a batch of rows.
 //!
-//! Q4_0, Q4_1 and Q8_0 weights run on specgate-kernels' quantized matmul (each weight group
+//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights run on specgate-kernels' quantized matmul (each weight group
 //! read once for all rows of a call); other formats, or every format with
 //! [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
 
@@ -39,10 +39,12 @@ impl Linear {
             GgmlDType::Q4_0 => Some(QuantFormat::Q4_0),
             GgmlDType::Q4_1 => Some(QuantFormat::Q4_1),
             GgmlDType::Q8_0 => Some(QuantFormat::Q8_0),
+            GgmlDType::Q4K => Some(QuantFormat::Q4K),
+            GgmlDType::Q6K => Some(QuantFormat::Q6K),
             _ => None,
         };
         let backend = match format {
-            Some(f) if backend == MatmulBackend::Kernels && in_dim % 32 == 0 => {
+            Some(f) if backend == MatmulBackend::Kernels && in_dim % f.block_weights() == 0 => {
                 let bytes = weight.data()?;
                 let m = QuantMatrix::from_ggml_bytes(f, out_dim, in_dim, &bytes)
                     .map_err(|e| ModelError::Format(e.to_string()))?;
