@@ -1,9 +1,9 @@
-//! One query head's attention over an f16 KV cache: softmax(q·Kᵀ·scale)·V.
+//! Query heads' attention over an f16 KV cache: softmax(q·Kᵀ·scale)·V.
 //!
 //! Rounding follows llama.cpp's CPU path with its default f16 cache: the query is rounded to
 //! f16 for the QK dot, the softmax weights to f16 for the weighted sum of values, and sums
-//! accumulate in f32. Keys and values are read as f16 and widened in registers (no widened
-//! copy of the cache per call).
+//! accumulate in f32. A KV head is widened to f32 into a dense [`WideHead`] once per task,
+//! and every row and query head of the task shares it (exact: f16 → f32 loses nothing).
 //!
 //! Every score and every output element is computed by a fixed sequence of operations that
 //! does not depend on which other positions or rows share the call: a key's dot is eight
@@ -23,11 +23,12 @@ fn hsum8(a: [f32; 8]) -> f32 {
     (h[0] + h[2]) + (h[1] + h[3])
 }
 
-/// One KV head of one layer's cache: `stride` halves per position, the head at `offset`.
+/// One KV head of one layer's widened cache: `stride` values per position, the head at
+/// `offset`.
 #[derive(Debug, Clone, Copy)]
 pub struct KvHead<'a> {
-    pub keys: &'a [f16],
-    pub values: &'a [f16],
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
     pub stride: usize,
     pub offset: usize,
 }
@@ -38,6 +39,56 @@ pub struct AttnScratch {
     q16: Vec<f32>,
     positions: Vec<usize>,
     scores: Vec<f32>,
+}
+
+/// One KV head of a layer's f16 cache, widened to f32 and laid out densely ([len][head_dim]):
+/// every query head and row that reads this KV head in a call shares one conversion, and
+/// reads contiguous memory.
+#[derive(Debug, Default)]
+pub struct WideHead {
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    head_dim: usize,
+}
+
+impl WideHead {
+    /// Positions `0..len` of the head at `offset` in a cache of `stride` halves per position.
+    pub fn fill(
+        &mut self,
+        (keys, values): (&[f16], &[f16]),
+        (stride, offset, head_dim): (usize, usize, usize),
+        len: usize,
+    ) {
+        self.head_dim = head_dim;
+        for (src, dst) in [(keys, &mut self.keys), (values, &mut self.values)] {
+            dst.clear();
+            dst.resize(len * head_dim, 0.0);
+            for (t, row) in dst.chunks_exact_mut(head_dim).enumerate() {
+                widen_row(&src[t * stride + offset..][..head_dim], row);
+            }
+        }
+    }
+
+    pub fn view(&self) -> KvHead<'_> {
+        KvHead {
+            keys: &self.keys,
+            values: &self.values,
+            stride: self.head_dim,
+            offset: 0,
+        }
+    }
+}
+
+fn widen_row(src: &[f16], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd() && src.len().is_multiple_of(8) {
+        // SAFETY: `simd()` checked F16C; both slices hold `len` values.
+        unsafe { x86::widen(src, dst) };
+        return;
+    }
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
 }
 
 /// Whether the AVX2/FMA/F16C path runs here (checked once; `SPECGATE_ISA=portable` turns it
@@ -59,22 +110,26 @@ fn simd() -> bool {
     })
 }
 
-/// Attention of query head `q` ([head_dim]) over the cache positions `visible` yields (at
-/// least one), written to `out` ([head_dim]).
+/// Attention of the `group` query heads that share one KV head (contiguous in `q` and `out`:
+/// [group * head_dim]) over the cache positions `visible` yields (at least one). Each head is
+/// computed alone, by the same operations whatever the group.
 pub fn attend(
     q: &[f32],
+    group: usize,
     kv: KvHead<'_>,
     visible: impl Iterator<Item = usize>,
     scale: f32,
     scratch: &mut AttnScratch,
     out: &mut [f32],
 ) {
-    attend_with(q, kv, visible, scale, scratch, out, simd());
+    attend_with(q, group, kv, visible, scale, scratch, out, simd());
 }
 
 /// [`attend`] with the SIMD path chosen by the caller (tests compare both).
+#[allow(clippy::too_many_arguments)]
 pub fn attend_with(
     q: &[f32],
+    group: usize,
     kv: KvHead<'_>,
     visible: impl Iterator<Item = usize>,
     scale: f32,
@@ -87,30 +142,33 @@ pub fn attend_with(
         positions,
         scores,
     } = scratch;
-    q16.clear();
-    q16.extend(q.iter().map(|&x| f16::from_f32(x).to_f32()));
+    let hd = q.len() / group;
     positions.clear();
     positions.extend(visible);
-    scores.clear();
-    scores.resize(positions.len(), 0.0);
-    let simd = simd && q.len().is_multiple_of(8);
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C, and the head
-        // width is a whole number of 8-lane chunks; positions index the cache.
-        unsafe { x86::scores(q16, &kv, positions, scores) };
-    }
-    if !simd {
-        portable_scores(q16, &kv, positions, scores);
-    }
-    softmax_f16(scores, scale, simd);
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: as above.
-        unsafe { x86::weighted_values(&kv, positions, scores, out) };
-    }
-    if !simd {
-        portable_weighted_values(&kv, positions, scores, out);
+    let simd = simd && hd.is_multiple_of(8);
+    for (qh, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
+        q16.clear();
+        q16.extend(qh.iter().map(|&x| f16::from_f32(x).to_f32()));
+        scores.clear();
+        scores.resize(positions.len(), 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C, and the head
+            // width is a whole number of 8-lane chunks; positions index the cache.
+            unsafe { x86::scores(q16, &kv, positions, scores) };
+        }
+        if !simd {
+            portable_scores(q16, &kv, positions, scores);
+        }
+        softmax_f16(scores, scale, simd);
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as above.
+            unsafe { x86::weighted_values(&kv, positions, scores, o) };
+        }
+        if !simd {
+            portable_weighted_values(&kv, positions, scores, o);
+        }
     }
 }
 
@@ -154,7 +212,7 @@ fn portable_scores(q16: &[f32], kv: &KvHead, positions: &[usize], scores: &mut [
         let mut lanes = [0.0f32; 8];
         for (qc, kc) in q16.chunks(8).zip(k.chunks(8)) {
             for (l, (&a, &b)) in qc.iter().zip(kc).enumerate() {
-                lanes[l] = a.mul_add(b.to_f32(), lanes[l]);
+                lanes[l] = a.mul_add(b, lanes[l]);
             }
         }
         *s = hsum8(lanes);
@@ -167,7 +225,7 @@ fn portable_weighted_values(kv: &KvHead, positions: &[usize], weights: &[f32], o
     for (&t, &w) in positions.iter().zip(weights) {
         let v = &kv.values[t * kv.stride + kv.offset..][..hd];
         for (o, &x) in out.iter_mut().zip(v) {
-            *o = w.mul_add(x.to_f32(), *o);
+            *o = w.mul_add(x, *o);
         }
     }
 }
@@ -176,6 +234,15 @@ fn portable_weighted_values(kv: &KvHead, positions: &[usize], weights: &[f32], o
 mod x86 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// f16 → f32, eight at a time (exact).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        for (s, d) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr() as *const __m128i));
+            _mm256_storeu_ps(d.as_mut_ptr(), v);
+        }
+    }
 
     /// `s ← s · scale` for every score; returns the largest (max is exact in any order).
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -243,14 +310,13 @@ mod x86 {
         let base = kv.keys.as_ptr().add(kv.offset);
         for (block, out) in positions.chunks(8).zip(scores.chunks_mut(8)) {
             let last = block.len() - 1;
-            let rows: [*const f16; 8] =
+            let rows: [*const f32; 8] =
                 std::array::from_fn(|p| base.add(block[p.min(last)] * kv.stride));
             let mut acc = [_mm256_setzero_ps(); 8];
             for c in 0..chunks {
                 let qc = _mm256_loadu_ps(q16.as_ptr().add(c * 8));
                 for (a, row) in acc.iter_mut().zip(&rows) {
-                    let k = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c * 8) as *const __m128i));
-                    *a = _mm256_fmadd_ps(qc, k, *a);
+                    *a = _mm256_fmadd_ps(qc, _mm256_loadu_ps(row.add(c * 8)), *a);
                 }
             }
             let sums = hsum8_x8(&acc);
@@ -275,7 +341,7 @@ mod x86 {
                 for (&t, &w) in positions.iter().zip(weights) {
                     let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
                     for c in 0..chunks {
-                        let v = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c * 8) as *const __m128i));
+                        let v = _mm256_loadu_ps(row.add(c * 8));
                         let o = out.as_mut_ptr().add(c * 8);
                         _mm256_storeu_ps(o, _mm256_fmadd_ps(wv, v, _mm256_loadu_ps(o)));
                     }
@@ -297,8 +363,7 @@ mod x86 {
         for (&t, &w) in positions.iter().zip(weights) {
             let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
             for (c, a) in acc.iter_mut().enumerate() {
-                let v = _mm256_cvtph_ps(_mm_loadu_si128(row.add(c * 8) as *const __m128i));
-                *a = _mm256_fmadd_ps(wv, v, *a);
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row.add(c * 8)), *a);
             }
         }
         for (c, a) in acc.iter().enumerate() {
@@ -313,10 +378,12 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    fn cache(rng: &mut ChaCha8Rng, positions: usize, stride: usize) -> Vec<f16> {
-        (0..positions * stride)
+    /// A cache as the engine holds it (f16), widened as the engine widens it.
+    fn cache(rng: &mut ChaCha8Rng, positions: usize, stride: usize) -> Vec<f32> {
+        let halves: Vec<f16> = (0..positions * stride)
             .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-            .collect()
+            .collect();
+        halves.iter().map(|h| h.to_f32()).collect()
     }
 
     #[test]
@@ -336,16 +403,25 @@ mod tests {
             for len in 1..=41 {
                 let mut want = vec![0.0f32; hd];
                 let mut got = vec![0.0f32; hd];
-                attend_with(&q, kv, 0..len, 0.125, &mut scratch, &mut want, false);
-                attend_with(&q, kv, 0..len, 0.125, &mut scratch, &mut got, true);
+                attend_with(&q, 1, kv, 0..len, 0.125, &mut scratch, &mut want, false);
+                attend_with(&q, 1, kv, 0..len, 0.125, &mut scratch, &mut got, true);
                 assert_eq!(got, want, "head {hd}, {len} positions");
             }
             // A tree row: a prefix and scattered rows after it.
             let visible = (0..17).chain([20, 23, 40]);
             let mut want = vec![0.0f32; hd];
             let mut got = vec![0.0f32; hd];
-            attend_with(&q, kv, visible.clone(), 0.3, &mut scratch, &mut want, false);
-            attend_with(&q, kv, visible, 0.3, &mut scratch, &mut got, true);
+            attend_with(
+                &q,
+                1,
+                kv,
+                visible.clone(),
+                0.3,
+                &mut scratch,
+                &mut want,
+                false,
+            );
+            attend_with(&q, 1, kv, visible, 0.3, &mut scratch, &mut got, true);
             assert_eq!(got, want, "head {hd}, scattered positions");
         }
     }

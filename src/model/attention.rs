@@ -5,7 +5,7 @@
 
 use half::f16;
 use rayon::prelude::*;
-use specgate_kernels::attention::{attend, AttnScratch, KvHead};
+use specgate_kernels::attention::{attend, AttnScratch, WideHead};
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -16,21 +16,24 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
-    /// Query head `h`'s KV head in one layer's cache.
-    fn kv_head<'a>(&self, keys: &'a [f16], values: &'a [f16], h: usize) -> KvHead<'a> {
-        let group = self.n_heads / self.n_kv_heads;
-        KvHead {
-            keys,
-            values,
-            stride: self.n_kv_heads * self.head_dim,
-            offset: (h / group) * self.head_dim,
-        }
+    /// Query heads per KV head; they sit next to each other in a row's query.
+    fn group(&self) -> usize {
+        self.n_heads / self.n_kv_heads
     }
 
     fn scale(&self) -> f32 {
         1.0 / (self.head_dim as f32).sqrt()
     }
+
+    /// KV head `kh` of a layer's cache, positions `0..len`, widened into `wide`.
+    fn widen(&self, cache: (&[f16], &[f16]), kh: usize, len: usize, wide: &mut WideHead) {
+        let stride = self.n_kv_heads * self.head_dim;
+        wide.fill(cache, (stride, kh * self.head_dim, self.head_dim), len);
+    }
 }
+
+/// Rows per attention task: each task widens its KV head once for all of them.
+const ROWS_PER_TASK: usize = 4;
 
 /// Attention for `rows` new tokens whose keys and values are already the last `rows` entries
 /// of the cache. Query row i sits at position `cache_len - rows + i` and sees positions
@@ -44,28 +47,51 @@ pub fn causal_attention(
     values: &[f16],
     out: &mut [f32],
 ) {
-    let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
+    let (n_heads, head_dim, n_kv) = (shape.n_heads, shape.head_dim, shape.n_kv_heads);
     let q_width = n_heads * head_dim;
     let rows = q.len() / q_width;
-    let cache_len = keys.len() / (shape.n_kv_heads * head_dim);
-    let scale = shape.scale();
-    // One task per (row, head): heads and rows are independent. Small calls stay on this
-    // thread, where a thread hand-off would cost more than the work.
-    let task = |scratch: &mut AttnScratch, (i, o): (usize, &mut [f32])| {
-        let (r, h) = (i / n_heads, i % n_heads);
-        let qh = &q[r * q_width + h * head_dim..][..head_dim];
-        let kv = shape.kv_head(keys, values, h);
-        attend(qh, kv, 0..cache_len - rows + r + 1, scale, scratch, o);
+    let prefix = keys.len() / (n_kv * head_dim) - rows;
+    let (group, scale) = (shape.group(), shape.scale());
+    let width = group * head_dim;
+    // One task per (KV head, chunk of rows): each widens its KV head once, then runs every
+    // query head of the group for each of its rows.
+    let chunks = rows.div_ceil(ROWS_PER_TASK);
+    let task = |(wide, scratch): &mut (WideHead, AttnScratch), (kh, c): (usize, usize)| {
+        let first = c * ROWS_PER_TASK;
+        let last = (first + ROWS_PER_TASK).min(rows);
+        shape.widen((keys, values), kh, prefix + last, wide);
+        let mut outs = Vec::with_capacity(last - first);
+        for r in first..last {
+            let qg = &q[r * q_width + kh * width..][..width];
+            let mut o = vec![0.0f32; width];
+            attend(
+                qg,
+                group,
+                wide.view(),
+                0..prefix + r + 1,
+                scale,
+                scratch,
+                &mut o,
+            );
+            outs.push(o);
+        }
+        (kh, first, outs)
     };
-    if rows * n_heads * cache_len < PARALLEL_MIN_SCORES {
-        let mut scratch = AttnScratch::default();
-        out.chunks_mut(head_dim)
-            .enumerate()
-            .for_each(|x| task(&mut scratch, x));
+    let jobs: Vec<(usize, usize)> = (0..n_kv)
+        .flat_map(|kh| (0..chunks).map(move |c| (kh, c)))
+        .collect();
+    let results: Vec<_> = if rows * n_heads * (prefix + rows) < PARALLEL_MIN_SCORES {
+        let mut state = (WideHead::default(), AttnScratch::default());
+        jobs.into_iter().map(|j| task(&mut state, j)).collect()
     } else {
-        out.par_chunks_mut(head_dim)
-            .enumerate()
-            .for_each_init(AttnScratch::default, task);
+        jobs.into_par_iter()
+            .map_init(|| (WideHead::default(), AttnScratch::default()), task)
+            .collect()
+    };
+    for (kh, first, outs) in results {
+        for (i, o) in outs.into_iter().enumerate() {
+            out[(first + i) * q_width + kh * width..][..width].copy_from_slice(&o);
+        }
     }
 }
 
@@ -81,24 +107,31 @@ pub fn tree_attention(
     visible: &[Vec<usize>],
     out: &mut [f32],
 ) {
-    let (n_heads, head_dim) = (shape.n_heads, shape.head_dim);
+    let (n_heads, head_dim, n_kv) = (shape.n_heads, shape.head_dim, shape.n_kv_heads);
     let q_width = n_heads * head_dim;
+    let cache_len = keys.len() / (n_kv * head_dim);
     let rows = q.len() / q_width;
-    let prefix = keys.len() / (shape.n_kv_heads * head_dim) - rows;
-    let mut scratch = AttnScratch::default();
-    for (i, o) in out.chunks_mut(head_dim).enumerate() {
-        let (r, h) = (i / n_heads, i % n_heads);
-        let qh = &q[r * q_width + h * head_dim..][..head_dim];
-        let own = visible[r].iter().map(|&v| prefix + v);
-        let kv = shape.kv_head(keys, values, h);
-        attend(
-            qh,
-            kv,
-            (0..prefix).chain(own),
-            shape.scale(),
-            &mut scratch,
-            o,
-        );
+    let prefix = cache_len - rows;
+    let (group, scale) = (shape.group(), shape.scale());
+    let width = group * head_dim;
+    let (mut wide, mut scratch) = (WideHead::default(), AttnScratch::default());
+    for kh in 0..n_kv {
+        shape.widen((keys, values), kh, cache_len, &mut wide);
+        for (r, seen) in visible.iter().enumerate().take(rows) {
+            let qg = &q[r * q_width + kh * width..][..width];
+            let o = &mut out[r * q_width + kh * width..][..width];
+            let own = seen.iter().map(|&v| prefix + v);
+            let view = wide.view();
+            attend(
+                qg,
+                group,
+                view,
+                (0..prefix).chain(own),
+                scale,
+                &mut scratch,
+                o,
+            );
+        }
     }
 }
 
