@@ -23,12 +23,50 @@ fn hsum8(a: [f32; 8]) -> f32 {
     (h[0] + h[2]) + (h[1] + h[3])
 }
 
-/// One KV head of one layer's widened cache: `stride` values per position, the head at
-/// `offset`.
+/// What a cache holds: f16 as stored, or f32 widened from it (the same values).
+pub trait KvElem: Copy + Sync {
+    fn widen(self) -> f32;
+    /// Eight consecutive values as f32.
+    ///
+    /// # Safety
+    /// Eight values must be readable at `p`; the caller runs with AVX and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl KvElem for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+/// One KV head of one layer's cache (f16 as stored, or a [`WideHead`]): `stride` values per
+/// position, the head at `offset`.
 #[derive(Debug, Clone, Copy)]
-pub struct KvHead<'a> {
-    pub keys: &'a [f32],
-    pub values: &'a [f32],
+pub struct KvHead<'a, T = f32> {
+    pub keys: &'a [T],
+    pub values: &'a [T],
     pub stride: usize,
     pub offset: usize,
 }
@@ -113,10 +151,10 @@ fn simd() -> bool {
 /// Attention of the `group` query heads that share one KV head (contiguous in `q` and `out`:
 /// [group * head_dim]) over the cache positions `visible` yields (at least one). Each head is
 /// computed alone, by the same operations whatever the group.
-pub fn attend(
+pub fn attend<T: KvElem>(
     q: &[f32],
     group: usize,
-    kv: KvHead<'_>,
+    kv: KvHead<'_, T>,
     visible: impl Iterator<Item = usize>,
     scale: f32,
     scratch: &mut AttnScratch,
@@ -127,10 +165,10 @@ pub fn attend(
 
 /// [`attend`] with the SIMD path chosen by the caller (tests compare both).
 #[allow(clippy::too_many_arguments)]
-pub fn attend_with(
+pub fn attend_with<T: KvElem>(
     q: &[f32],
     group: usize,
-    kv: KvHead<'_>,
+    kv: KvHead<'_, T>,
     visible: impl Iterator<Item = usize>,
     scale: f32,
     scratch: &mut AttnScratch,
@@ -205,27 +243,37 @@ fn exp_sum(scores: &mut [f32], max: f32) -> f32 {
     sum
 }
 
-fn portable_scores(q16: &[f32], kv: &KvHead, positions: &[usize], scores: &mut [f32]) {
+fn portable_scores<T: KvElem>(
+    q16: &[f32],
+    kv: &KvHead<T>,
+    positions: &[usize],
+    scores: &mut [f32],
+) {
     let hd = q16.len();
     for (&t, s) in positions.iter().zip(scores.iter_mut()) {
         let k = &kv.keys[t * kv.stride + kv.offset..][..hd];
         let mut lanes = [0.0f32; 8];
         for (qc, kc) in q16.chunks(8).zip(k.chunks(8)) {
             for (l, (&a, &b)) in qc.iter().zip(kc).enumerate() {
-                lanes[l] = a.mul_add(b, lanes[l]);
+                lanes[l] = a.mul_add(b.widen(), lanes[l]);
             }
         }
         *s = hsum8(lanes);
     }
 }
 
-fn portable_weighted_values(kv: &KvHead, positions: &[usize], weights: &[f32], out: &mut [f32]) {
+fn portable_weighted_values<T: KvElem>(
+    kv: &KvHead<T>,
+    positions: &[usize],
+    weights: &[f32],
+    out: &mut [f32],
+) {
     let hd = out.len();
     out.fill(0.0);
     for (&t, &w) in positions.iter().zip(weights) {
         let v = &kv.values[t * kv.stride + kv.offset..][..hd];
         for (o, &x) in out.iter_mut().zip(v) {
-            *o = w.mul_add(x, *o);
+            *o = w.mul_add(x.widen(), *o);
         }
     }
 }
@@ -305,18 +353,23 @@ mod x86 {
     /// Dots of `q16` with the keys at `positions`, eight positions at a time (a short last
     /// block repeats its last position; the repeats are dropped).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn scores(q16: &[f32], kv: &KvHead, positions: &[usize], scores: &mut [f32]) {
+    pub unsafe fn scores<T: KvElem>(
+        q16: &[f32],
+        kv: &KvHead<T>,
+        positions: &[usize],
+        scores: &mut [f32],
+    ) {
         let chunks = q16.len() / 8;
         let base = kv.keys.as_ptr().add(kv.offset);
         for (block, out) in positions.chunks(8).zip(scores.chunks_mut(8)) {
             let last = block.len() - 1;
-            let rows: [*const f32; 8] =
+            let rows: [*const T; 8] =
                 std::array::from_fn(|p| base.add(block[p.min(last)] * kv.stride));
             let mut acc = [_mm256_setzero_ps(); 8];
             for c in 0..chunks {
                 let qc = _mm256_loadu_ps(q16.as_ptr().add(c * 8));
                 for (a, row) in acc.iter_mut().zip(&rows) {
-                    *a = _mm256_fmadd_ps(qc, _mm256_loadu_ps(row.add(c * 8)), *a);
+                    *a = _mm256_fmadd_ps(qc, T::load8(row.add(c * 8)), *a);
                 }
             }
             let sums = hsum8_x8(&acc);
@@ -326,22 +379,22 @@ mod x86 {
 
     /// `out = Σ_t w_t · v_t` in position order, one fused multiply-add per element.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn weighted_values(
-        kv: &KvHead,
+    pub unsafe fn weighted_values<T: KvElem>(
+        kv: &KvHead<T>,
         positions: &[usize],
         weights: &[f32],
         out: &mut [f32],
     ) {
         match out.len() / 8 {
-            8 => in_registers::<8>(kv, positions, weights, out),
-            16 => in_registers::<16>(kv, positions, weights, out),
+            8 => in_registers::<T, 8>(kv, positions, weights, out),
+            16 => in_registers::<T, 16>(kv, positions, weights, out),
             chunks => {
                 out.fill(0.0);
                 let base = kv.values.as_ptr().add(kv.offset);
                 for (&t, &w) in positions.iter().zip(weights) {
                     let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
                     for c in 0..chunks {
-                        let v = _mm256_loadu_ps(row.add(c * 8));
+                        let v = T::load8(row.add(c * 8));
                         let o = out.as_mut_ptr().add(c * 8);
                         _mm256_storeu_ps(o, _mm256_fmadd_ps(wv, v, _mm256_loadu_ps(o)));
                     }
@@ -352,8 +405,8 @@ mod x86 {
 
     /// The usual head widths (64, 128) keep the whole output in registers.
     #[inline(always)]
-    unsafe fn in_registers<const C: usize>(
-        kv: &KvHead,
+    unsafe fn in_registers<T: KvElem, const C: usize>(
+        kv: &KvHead<T>,
         positions: &[usize],
         weights: &[f32],
         out: &mut [f32],
@@ -363,7 +416,7 @@ mod x86 {
         for (&t, &w) in positions.iter().zip(weights) {
             let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
             for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row.add(c * 8)), *a);
+                *a = _mm256_fmadd_ps(wv, T::load8(row.add(c * 8)), *a);
             }
         }
         for (c, a) in acc.iter().enumerate() {
@@ -378,51 +431,56 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    /// A cache as the engine holds it (f16), widened as the engine widens it.
-    fn cache(rng: &mut ChaCha8Rng, positions: usize, stride: usize) -> Vec<f32> {
-        let halves: Vec<f16> = (0..positions * stride)
+    /// A cache as the engine holds it (f16).
+    fn cache(rng: &mut ChaCha8Rng, positions: usize, stride: usize) -> Vec<f16> {
+        (0..positions * stride)
             .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-            .collect();
-        halves.iter().map(|h| h.to_f32()).collect()
+            .collect()
     }
 
     #[test]
-    fn simd_equals_portable_for_any_length_and_position_set() {
+    fn simd_equals_portable_for_any_length_position_set_group_and_storage() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        for hd in [8, 64, 128, 40] {
+        for (hd, group) in [(8, 1), (64, 1), (64, 3), (128, 2), (40, 3)] {
             let stride = 3 * hd;
-            let (keys, values) = (cache(&mut rng, 41, stride), cache(&mut rng, 41, stride));
+            let (k16, v16) = (cache(&mut rng, 41, stride), cache(&mut rng, 41, stride));
+            let widen = |h: &[f16]| h.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
+            let (keys, values) = (widen(&k16), widen(&v16));
             let kv = KvHead {
                 keys: &keys,
                 values: &values,
                 stride,
                 offset: hd,
             };
-            let q: Vec<f32> = (0..hd).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+            let kv16 = KvHead {
+                keys: &k16,
+                values: &v16,
+                stride,
+                offset: hd,
+            };
+            let q: Vec<f32> = (0..group * hd)
+                .map(|_| rng.random_range(-3.0f32..3.0))
+                .collect();
+            let mut sets: Vec<Vec<usize>> = (1..=41).map(|len| (0..len).collect()).collect();
+            sets.push((0..17).chain([20, 23, 40]).collect()); // a tree row
             let mut scratch = AttnScratch::default();
-            for len in 1..=41 {
-                let mut want = vec![0.0f32; hd];
-                let mut got = vec![0.0f32; hd];
-                attend_with(&q, 1, kv, 0..len, 0.125, &mut scratch, &mut want, false);
-                attend_with(&q, 1, kv, 0..len, 0.125, &mut scratch, &mut got, true);
-                assert_eq!(got, want, "head {hd}, {len} positions");
+            for visible in &sets {
+                let mut run = |simd: bool, f16_cache: bool| {
+                    let mut out = vec![0.0f32; group * hd];
+                    let it = visible.iter().copied();
+                    if f16_cache {
+                        attend_with(&q, group, kv16, it, 0.3, &mut scratch, &mut out, simd);
+                    } else {
+                        attend_with(&q, group, kv, it, 0.3, &mut scratch, &mut out, simd);
+                    }
+                    out
+                };
+                let want = run(false, false);
+                let case = format!("head {hd}, group {group}, {visible:?}");
+                assert_eq!(run(true, false), want, "{case}: SIMD on the widened cache");
+                assert_eq!(run(true, true), want, "{case}: SIMD on the f16 cache");
+                assert_eq!(run(false, true), want, "{case}: portable on the f16 cache");
             }
-            // A tree row: a prefix and scattered rows after it.
-            let visible = (0..17).chain([20, 23, 40]);
-            let mut want = vec![0.0f32; hd];
-            let mut got = vec![0.0f32; hd];
-            attend_with(
-                &q,
-                1,
-                kv,
-                visible.clone(),
-                0.3,
-                &mut scratch,
-                &mut want,
-                false,
-            );
-            attend_with(&q, 1, kv, visible, 0.3, &mut scratch, &mut got, true);
-            assert_eq!(got, want, "head {hd}, scattered positions");
         }
     }
 

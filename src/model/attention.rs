@@ -5,7 +5,7 @@
 
 use half::f16;
 use rayon::prelude::*;
-use specgate_kernels::attention::{attend, AttnScratch, WideHead};
+use specgate_kernels::attention::{attend, AttnScratch, KvHead, WideHead};
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -30,10 +30,25 @@ impl AttnShape {
         let stride = self.n_kv_heads * self.head_dim;
         wide.fill(cache, (stride, kh * self.head_dim, self.head_dim), len);
     }
+
+    /// KV head `kh` read in place, as f16.
+    fn in_place<'a>(&self, cache: (&'a [f16], &'a [f16]), kh: usize) -> KvHead<'a, f16> {
+        KvHead {
+            keys: cache.0,
+            values: cache.1,
+            stride: self.n_kv_heads * self.head_dim,
+            offset: kh * self.head_dim,
+        }
+    }
 }
 
 /// Rows per attention task: each task widens its KV head once for all of them.
 const ROWS_PER_TASK: usize = 4;
+
+/// Query heads a task must serve for widening its KV head to pay: below it (one decode row
+/// of a grouped-query model) the kernels widen each key in registers instead. The values
+/// are the same either way, so are the bits.
+const WIDEN_MIN_QUERIES: usize = 6;
 
 /// Attention for `rows` new tokens whose keys and values are already the last `rows` entries
 /// of the cache. Query row i sits at position `cache_len - rows + i` and sees positions
@@ -59,20 +74,21 @@ pub fn causal_attention(
     let task = |(wide, scratch): &mut (WideHead, AttnScratch), (kh, c): (usize, usize)| {
         let first = c * ROWS_PER_TASK;
         let last = (first + ROWS_PER_TASK).min(rows);
-        shape.widen((keys, values), kh, prefix + last, wide);
+        let widened = (last - first) * group >= WIDEN_MIN_QUERIES;
+        if widened {
+            shape.widen((keys, values), kh, prefix + last, wide);
+        }
         let mut outs = Vec::with_capacity(last - first);
         for r in first..last {
             let qg = &q[r * q_width + kh * width..][..width];
             let mut o = vec![0.0f32; width];
-            attend(
-                qg,
-                group,
-                wide.view(),
-                0..prefix + r + 1,
-                scale,
-                scratch,
-                &mut o,
-            );
+            let visible = 0..prefix + r + 1;
+            if widened {
+                attend(qg, group, wide.view(), visible, scale, scratch, &mut o);
+            } else {
+                let kv = shape.in_place((keys, values), kh);
+                attend(qg, group, kv, visible, scale, scratch, &mut o);
+            }
             outs.push(o);
         }
         (kh, first, outs)
