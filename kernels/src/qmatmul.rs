@@ -31,7 +31,7 @@ pub enum KernelError {
 }
 
 /// Activation rows per kernel call (a tile): each unpacked weight block serves all of them.
-const TILE: usize = 4;
+const TILE: usize = 8;
 
 /// Groups of 16 features per thread task.
 const GROUPS_PER_TASK: usize = 2;
@@ -301,6 +301,10 @@ fn tile(
     macro_rules! sized {
         ($k:ident, $f:expr) => {
             match out.len() {
+                8 => $k::<$f, 8>(g, a, r0, out),
+                7 => $k::<$f, 7>(g, a, r0, out),
+                6 => $k::<$f, 6>(g, a, r0, out),
+                5 => $k::<$f, 5>(g, a, r0, out),
                 4 => $k::<$f, 4>(g, a, r0, out),
                 3 => $k::<$f, 3>(g, a, r0, out),
                 2 => $k::<$f, 2>(g, a, r0, out),
