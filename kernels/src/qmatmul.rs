@@ -154,8 +154,10 @@ impl QuantMatrix {
         self.matmul_with(xs, Isa::detect())
     }
 
-    /// The same product with a chosen instruction set (tests compare them all).
+    /// The same product with a chosen instruction set (tests compare them all); one this CPU
+    /// cannot run falls back to the portable kernel.
     pub fn matmul_with(&self, xs: &[f32], isa: Isa) -> Vec<f32> {
+        let isa = if isa.supported() { isa } else { Isa::Portable };
         let acts = quantize_rows(xs, self.in_dim);
         let rows = acts.rows;
         let mut y = vec![0.0f32; rows * self.out_dim];
@@ -179,7 +181,8 @@ impl QuantMatrix {
                     }
                     let features = g * GROUP..((g + 1) * GROUP).min(self.out_dim);
                     for (r, lanes) in local.iter().enumerate() {
-                        // SAFETY: tasks write disjoint column ranges of `y`, which outlives them.
+                        // SAFETY: in bounds (r < rows, features within out_dim); tasks write
+                        // disjoint column ranges of `y`, which outlives them.
                         let dst = unsafe {
                             std::slice::from_raw_parts_mut(
                                 out.at(r * self.out_dim + features.start),
@@ -217,8 +220,7 @@ unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
     fn at(&self, i: usize) -> *mut f32 {
-        // SAFETY: callers index inside the output vector.
-        unsafe { self.0.add(i) }
+        self.0.wrapping_add(i)
     }
 }
 
@@ -325,8 +327,8 @@ fn tile(
     #[cfg(target_arch = "x86_64")]
     {
         use gemm::x86::*;
-        // SAFETY: `isa` is supported (Isa::detect, or a test's pick from Isa::available);
-        // the group view and activations hold `a.blocks` blocks and the tile's rows.
+        // SAFETY: `matmul_with` only passes an `isa` this CPU supports; the group view and
+        // activations hold `a.blocks` blocks and the tile's rows.
         unsafe {
             match isa {
                 Isa::Avx512Vnni => return formats!(tile512),
@@ -342,130 +344,5 @@ fn tile(
         Q4_1 => gemm::portable::<Q4_1>(g, a, r0, out),
         Q6_K => gemm::portable::<Q6_K>(g, a, r0, out),
         _ => gemm::portable::<Q8_0>(g, a, r0, out),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
-
-    /// Random blocks, plus adversarial ones: zero blocks, extreme scales, saturated nibbles.
-    fn random_bytes(format: QuantFormat, blocks: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
-        let scale = |b: usize, rng: &mut ChaCha8Rng| match b % 5 {
-            0 => 0.0,
-            1 => 60000.0,
-            2 => 1e-7,
-            _ => rng.random_range(-0.1f32..0.1),
-        };
-        let half = |v: f32| f16::from_f32(v).to_le_bytes();
-        let mut out = Vec::with_capacity(blocks * format.block_bytes());
-        for b in 0..blocks {
-            if format.block_weights() > QK {
-                // K-quants: random quants, scales and mins; f16 super-block scales set.
-                let start = out.len();
-                out.extend((0..format.block_bytes()).map(|_| rng.random::<u8>()));
-                let at = if format == QuantFormat::Q4K {
-                    [0, 2]
-                } else {
-                    [208, 208]
-                };
-                for a in at {
-                    let v = half(scale(b, rng));
-                    out[start + a..start + a + 2].copy_from_slice(&v);
-                }
-                continue;
-            }
-            out.extend_from_slice(&half(scale(b, rng)));
-            if format == QuantFormat::Q4_1 {
-                out.extend_from_slice(&half(rng.random_range(-1.0f32..1.0)));
-            }
-            for j in 0..format.quant_bytes() {
-                // Saturated nibbles, and Q8_0's -128 (ggml never writes it; a file may).
-                let v: u8 = match b % 5 {
-                    3 => 0xFF,
-                    4 if j % 3 == 0 => 0x80,
-                    _ => rng.random(),
-                };
-                out.push(v);
-            }
-        }
-        out
-    }
-
-    fn exact_f64(m: &QuantMatrix, x: &[f32]) -> Vec<f64> {
-        let rows = x.len() / m.in_dim();
-        let mut y = vec![0.0f64; rows * m.out_dim()];
-        for r in 0..rows {
-            for f in 0..m.out_dim() {
-                let w = m.dequantize_row(f);
-                let xr = &x[r * m.in_dim()..][..m.in_dim()];
-                y[r * m.out_dim() + f] = w.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum();
-            }
-        }
-        y
-    }
-
-    #[test]
-    fn simd_equals_reference_and_both_track_the_float_product() {
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let formats = [
-            QuantFormat::Q4_0,
-            QuantFormat::Q4_1,
-            QuantFormat::Q8_0,
-            QuantFormat::Q4K,
-            QuantFormat::Q6K,
-        ];
-        for format in formats {
-            let out_dim = 37;
-            let in_dim = 3 * format.block_weights();
-            let bytes = random_bytes(format, out_dim * in_dim / format.block_weights(), &mut rng);
-            let m = QuantMatrix::from_ggml_bytes(format, out_dim, in_dim, &bytes).unwrap();
-            for rows in 1..=33 {
-                let x: Vec<f32> = (0..rows * in_dim)
-                    .map(|i| {
-                        if i % 97 == 0 {
-                            0.0
-                        } else {
-                            rng.random_range(-3.0f32..3.0)
-                        }
-                    })
-                    .collect();
-                let reference = m.matmul_with(&x, Isa::Portable);
-                if rows == 1 {
-                    eprintln!("kernels compared: {:?}", Isa::available());
-                }
-                for isa in Isa::available() {
-                    let got = m.matmul_with(&x, isa);
-                    assert_eq!(
-                        got, reference,
-                        "{format:?} {isa:?} rows {rows}: must equal portable"
-                    );
-                }
-                // Against the unquantized product: 8-bit activations cost at most ~1% of the
-                // row's magnitude.
-                let exact = exact_f64(&m, &x);
-                for (i, (&got, &want)) in reference.iter().zip(&exact).enumerate() {
-                    let f = i % out_dim;
-                    let scale: f64 = m
-                        .dequantize_row(f)
-                        .iter()
-                        .map(|w| w.abs() as f64)
-                        .sum::<f64>()
-                        * 3.0;
-                    assert!(
-                        (got as f64 - want).abs() <= 0.01 * scale + 1e-6,
-                        "{format:?} rows {rows} [{i}]: {got} vs {want}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn bad_shapes_are_refused() {
-        assert!(QuantMatrix::from_ggml_bytes(QuantFormat::Q8_0, 2, 33, &[0; 68]).is_err());
-        assert!(QuantMatrix::from_ggml_bytes(QuantFormat::Q4_1, 2, 32, &[0; 39]).is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! A linear layer over quantized GGUF weights: `y = x · Wᵀ` for a batch of rows.
 //!
-//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights run on specgate-kernels' quantized matmul (each weight group
-//! read once for all rows of a call); other formats, or every format with
+//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights run on specgate-kernels' quantized matmul (each
+//! weight group read once for all rows of a call); other formats, or every format with
 //! [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};

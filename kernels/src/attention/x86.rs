@@ -1,0 +1,145 @@
+//! The AVX2/FMA/F16C kernels behind [`super::attend`]: the same operations as the portable
+//! ones, eight lanes at a time.
+
+use super::*;
+use std::arch::x86_64::*;
+
+/// f16 → f32, eight at a time (exact).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+    for (s, d) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
+        let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr() as *const __m128i));
+        _mm256_storeu_ps(d.as_mut_ptr(), v);
+    }
+}
+
+/// `s ← s · scale` for every score; returns the largest (max is exact in any order).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scale_max(scores: &mut [f32], scale: f32) -> f32 {
+    let (sc, mut m) = (_mm256_set1_ps(scale), _mm256_set1_ps(f32::NEG_INFINITY));
+    let mut chunks = scores.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), sc);
+        _mm256_storeu_ps(c.as_mut_ptr(), v);
+        m = _mm256_max_ps(m, v);
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+    let mut max = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
+    for s in chunks.into_remainder() {
+        *s *= scale;
+        max = max.max(*s);
+    }
+    max
+}
+
+/// `s ← f16(s · inv)` widened back to f32, eight at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scale_round_f16(scores: &mut [f32], inv: f32) {
+    let iv = _mm256_set1_ps(inv);
+    let mut chunks = scores.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), iv);
+        let h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(c.as_mut_ptr(), _mm256_cvtph_ps(h));
+    }
+    for s in chunks.into_remainder() {
+        *s = f16::from_f32(*s * inv).to_f32();
+    }
+}
+
+/// Eight `hsum8`s at once, each in exactly `hsum8`'s order:
+/// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+#[inline(always)]
+unsafe fn hsum8_x8(a: &[__m256; 8]) -> [f32; 8] {
+    // [lo(a_p) | lo(a_q)] + [hi(a_p) | hi(a_q)]: lanes h0..h3 of p, then of q.
+    let halves = |p: __m256, q: __m256| {
+        let h = _mm256_add_ps(
+            _mm256_permute2f128_ps(p, q, 0x20),
+            _mm256_permute2f128_ps(p, q, 0x31),
+        );
+        _mm256_permute_ps(h, 0xD8) // h0 h2 h1 h3 in each half
+    };
+    let (b01, b23) = (halves(a[0], a[1]), halves(a[2], a[3]));
+    let (b45, b67) = (halves(a[4], a[5]), halves(a[6], a[7]));
+    // Pairwise adds: (h0 + h2), (h1 + h3), then their sum.
+    let d0 = _mm256_hadd_ps(b01, b23);
+    let d1 = _mm256_hadd_ps(b45, b67);
+    let e = _mm256_hadd_ps(d0, d1); // s0 s2 s4 s6 | s1 s3 s5 s7
+    let mut v = [0.0f32; 8];
+    _mm256_storeu_ps(v.as_mut_ptr(), e);
+    [v[0], v[4], v[1], v[5], v[2], v[6], v[3], v[7]]
+}
+
+/// Dots of `q16` with the keys at `positions`, eight positions at a time (a short last
+/// block repeats its last position; the repeats are dropped).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scores<T: KvElem>(
+    q16: &[f32],
+    kv: &KvHead<T>,
+    positions: &[usize],
+    scores: &mut [f32],
+) {
+    let chunks = q16.len() / 8;
+    let base = kv.keys.as_ptr().add(kv.offset);
+    for (block, out) in positions.chunks(8).zip(scores.chunks_mut(8)) {
+        let last = block.len() - 1;
+        let rows: [*const T; 8] = std::array::from_fn(|p| base.add(block[p.min(last)] * kv.stride));
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for c in 0..chunks {
+            let qc = _mm256_loadu_ps(q16.as_ptr().add(c * 8));
+            for (a, row) in acc.iter_mut().zip(&rows) {
+                *a = _mm256_fmadd_ps(qc, T::load8(row.add(c * 8)), *a);
+            }
+        }
+        let sums = hsum8_x8(&acc);
+        out.copy_from_slice(&sums[..out.len()]);
+    }
+}
+
+/// `out = Σ_t w_t · v_t` in position order, one fused multiply-add per element.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn weighted_values<T: KvElem>(
+    kv: &KvHead<T>,
+    positions: &[usize],
+    weights: &[f32],
+    out: &mut [f32],
+) {
+    match out.len() / 8 {
+        8 => in_registers::<T, 8>(kv, positions, weights, out),
+        16 => in_registers::<T, 16>(kv, positions, weights, out),
+        chunks => {
+            out.fill(0.0);
+            let base = kv.values.as_ptr().add(kv.offset);
+            for (&t, &w) in positions.iter().zip(weights) {
+                let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
+                for c in 0..chunks {
+                    let v = T::load8(row.add(c * 8));
+                    let o = out.as_mut_ptr().add(c * 8);
+                    _mm256_storeu_ps(o, _mm256_fmadd_ps(wv, v, _mm256_loadu_ps(o)));
+                }
+            }
+        }
+    }
+}
+
+/// The usual head widths (64, 128) keep the whole output in registers.
+#[inline(always)]
+unsafe fn in_registers<T: KvElem, const C: usize>(
+    kv: &KvHead<T>,
+    positions: &[usize],
+    weights: &[f32],
+    out: &mut [f32],
+) {
+    let base = kv.values.as_ptr().add(kv.offset);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for (&t, &w) in positions.iter().zip(weights) {
+        let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
+        for (c, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(wv, T::load8(row.add(c * 8)), *a);
+        }
+    }
+    for (c, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), *a);
+    }
+}
