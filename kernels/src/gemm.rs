@@ -305,4 +305,95 @@ pub mod x86 {
 
     tile256!("avx2,fma", tile_avx2, dot_avx2);
     tile256!("avx2,fma,avxvnni", tile_vnni, dot_vnni);
+
+    /// The AVX-VNNI instruction in its AVX-512 encoding: lets the tests run the AVX-VNNI
+    /// kernel's logic on CPUs that have AVX-512 VNNI but not AVX-VNNI (AMD Zen 4).
+    #[cfg(test)]
+    #[inline(always)]
+    unsafe fn dot_vnni_evex(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, x, y)
+    }
+
+    #[cfg(test)]
+    tile256!(
+        "avx2,fma,avx512f,avx512vl,avx512vnni",
+        tile_vnni_evex,
+        dot_vnni_evex
+    );
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::x86::*;
+    use super::*;
+    use crate::packed::{Canonical, Packed};
+    use crate::quantize::quantize_rows;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// One group of random weights (every lane used) in `format`, over `blocks` blocks.
+    fn group(format: QuantFormat, blocks: usize, rng: &mut ChaCha8Rng) -> Packed {
+        let n = GROUP * blocks;
+        let c = Canonical {
+            d: (0..n * format.scales())
+                .map(|_| rng.random_range(-0.1f32..0.1))
+                .collect(),
+            m: match format {
+                QuantFormat::Q4_1 => (0..n).map(|_| rng.random_range(-1f32..1.0)).collect(),
+                _ => vec![],
+            },
+            qs: (0..n * format.quant_bytes())
+                .map(|_| {
+                    let b: u8 = rng.random();
+                    if format == QuantFormat::Q6K {
+                        b & 63
+                    } else {
+                        b
+                    }
+                })
+                .collect(),
+        };
+        Packed::pack(format, GROUP, blocks, &c)
+    }
+
+    #[test]
+    fn the_avx_vnni_kernel_equals_the_portable_one() {
+        if !(is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512vnni")) {
+            eprintln!("skipped: no AVX-512 VNNI here to stand in for AVX-VNNI");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        let blocks = 6;
+        let formats = [
+            QuantFormat::Q4_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q8_0,
+            QuantFormat::Q6K,
+        ];
+        for format in formats {
+            let packed = group(format, blocks, &mut rng);
+            let g = packed.group(0);
+            let xs: Vec<f32> = (0..8 * blocks * QK)
+                .map(|_| rng.random_range(-3f32..3.0))
+                .collect();
+            let a = quantize_rows(&xs, blocks * QK);
+            macro_rules! check {
+                ($f:expr, $r:literal) => {{
+                    let mut want = vec![[0.0f32; GROUP]; $r];
+                    let mut got = vec![[0.0f32; GROUP]; $r];
+                    portable::<$f>(&g, &a, 8 - $r, &mut want);
+                    // SAFETY: AVX-512 VL/VNNI checked above (AVX2 and FMA come with them
+                    // on every such CPU); `g` and `a` hold `blocks` blocks and 8 rows.
+                    unsafe { tile_vnni_evex::<$f, $r>(&g, &a, 8 - $r, &mut got) };
+                    assert_eq!(got, want, "{format:?}, {} rows", $r);
+                }};
+            }
+            match format_tag(format) {
+                Q4_0 => (check!(Q4_0, 1), check!(Q4_0, 3), check!(Q4_0, 8)),
+                Q4_1 => (check!(Q4_1, 1), check!(Q4_1, 3), check!(Q4_1, 8)),
+                Q6_K => (check!(Q6_K, 1), check!(Q6_K, 3), check!(Q6_K, 8)),
+                _ => (check!(Q8_0, 1), check!(Q8_0, 3), check!(Q8_0, 8)),
+            };
+        }
+    }
 }
