@@ -129,17 +129,14 @@ fn widen_row(src: &[f16], dst: &mut [f32]) {
     }
 }
 
-/// Whether the AVX2/FMA/F16C path runs here (checked once; `SPECGATE_ISA=portable` turns it
-/// off so benchmarks and tests can compare).
+/// Whether the AVX2/FMA/F16C path runs here: where the matmul runs AVX2 or better (so
+/// `SPECGATE_ISA=portable` turns both off) and the CPU converts f16 (checked once).
 fn simd() -> bool {
     static SIMD: OnceLock<bool> = OnceLock::new();
     *SIMD.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            std::env::var("SPECGATE_ISA").as_deref() != Ok("portable")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
+            crate::Isa::detect() >= crate::Isa::Avx2 && is_x86_feature_detected!("f16c")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

@@ -83,7 +83,7 @@ pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[
                 }
                 let mut isum = block_dot::<F>(g, b, lane, y, 0..segments(F));
                 if F == Q4_0 {
-                    isum -= 8 * a.sums[i];
+                    isum -= 8 * a.sum(i);
                 }
                 let dd = g.d[b * GROUP + lane] * a.d[i];
                 acc[lane] = dd.mul_add(isum as f32, acc[lane]);
@@ -177,7 +177,7 @@ pub mod x86 {
                     _ => 0,
                 };
                 if offset != 0 {
-                    let o = _mm512_set1_epi32(offset * *a.sums.get_unchecked(i));
+                    let o = _mm512_set1_epi32(offset * a.sum(i));
                     isum = _mm512_sub_epi32(isum, o);
                 }
                 let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
@@ -267,7 +267,7 @@ pub mod x86 {
                                 };
                             }
                             if F == Q4_0 {
-                                let o = _mm256_set1_epi32(8 * *a.sums.get_unchecked(i));
+                                let o = _mm256_set1_epi32(8 * a.sum(i));
                                 isum = _mm256_sub_epi32(isum, o);
                             }
                             let dd = _mm256_mul_ps(wd, _mm256_set1_ps(*a.d.get_unchecked(i)));

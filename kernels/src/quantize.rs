@@ -4,9 +4,6 @@
 //!
 //! candle quantizes with 1 / d and round-half-away, and computes s in f16 arithmetic; those
 //! differences move this model's logits by a median of about 0.2 against llama.cpp.
-
-use std::sync::OnceLock;
-
 use half::f16;
 
 pub const QK: usize = 32;
@@ -19,9 +16,16 @@ pub struct Q8Batch {
     pub blocks: usize,
     pub d: Vec<f32>,      // [rows * blocks]
     pub s: Vec<f32>,      // [rows * blocks]
-    pub sums: Vec<i32>,   // [rows * blocks]: Σq, for weight formats with an offset
     pub sums16: Vec<i32>, // [rows * blocks * 2]: Σq of each half (Q6_K's scales are per 16)
     pub qs: Vec<i8>,      // [rows * blocks * 32]
+}
+
+impl Q8Batch {
+    /// Σq of block `i` (formats with an offset take it out).
+    #[inline(always)]
+    pub fn sum(&self, i: usize) -> i32 {
+        self.sums16[2 * i] + self.sums16[2 * i + 1]
+    }
 }
 
 /// Quantize `xs`: [rows, dim] with `dim` a multiple of 32.
@@ -38,7 +42,6 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         blocks,
         d: Vec::with_capacity(rows * blocks),
         s: Vec::with_capacity(rows * blocks),
-        sums: Vec::with_capacity(rows * blocks),
         sums16: Vec::with_capacity(rows * blocks * 2),
         qs: vec![0; rows * blocks * QK],
     };
@@ -59,27 +62,15 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         let d = amax / 127.0;
         out.d.push(f16::from_f32(d).to_f32());
         out.s.push(f16::from_f32(d * sum as f32).to_f32());
-        out.sums.push(sum);
         let first: i32 = qs[..QK / 2].iter().map(|&q| q as i32).sum();
         out.sums16.extend([first, sum - first]);
     }
     out
 }
 
-/// Whether AVX2 quantization runs here (`SPECGATE_ISA=portable` turns it off).
+/// Whether AVX2 quantization runs here: where the matmul runs AVX2 or better.
 fn simd() -> bool {
-    static SIMD: OnceLock<bool> = OnceLock::new();
-    *SIMD.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::env::var("SPECGATE_ISA").as_deref() != Ok("portable")
-                && is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    crate::Isa::detect() >= crate::Isa::Avx2
 }
 
 /// One block: the quantized values into `qs`; returns (amax, Σq).
@@ -169,7 +160,7 @@ mod tests {
             quantize_rows_with(&x, 256, false),
             quantize_rows_with(&x, 256, true),
         );
-        assert_eq!((a.qs, a.d, a.s, a.sums), (b.qs, b.d, b.s, b.sums));
+        assert_eq!((a.qs, a.d, a.s), (b.qs, b.d, b.s));
         assert_eq!(a.sums16, b.sums16);
     }
 }
