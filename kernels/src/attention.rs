@@ -208,13 +208,14 @@ pub fn attend_with<T: KvElem>(
 }
 
 /// Scaled scores → softmax weights rounded to f16 (the reference's f16 weighted sum). The
-/// exponentials are libm's on every path; the SIMD path only vectorises the exact steps.
+/// exponentials and their sum are ggml's vectorised softmax's ([`crate::vexp`]), the same
+/// bits on every path.
 fn softmax_f16(scores: &mut [f32], scale: f32, simd: bool) {
     #[cfg(target_arch = "x86_64")]
     if simd {
         // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C.
         let max = unsafe { x86::scale_max(scores, scale) };
-        let inv = 1.0 / exp_sum(scores, max);
+        let inv = (1.0 / crate::vexp::exp_sub_sum_with(scores, max, true)) as f32;
         unsafe { x86::scale_round_f16(scores, inv) };
         return;
     }
@@ -224,20 +225,10 @@ fn softmax_f16(scores: &mut [f32], scale: f32, simd: bool) {
         *s *= scale;
         max = max.max(*s);
     }
-    let inv = 1.0 / exp_sum(scores, max);
+    let inv = (1.0 / crate::vexp::exp_sub_sum_with(scores, max, false)) as f32;
     for s in scores.iter_mut() {
         *s = f16::from_f32(*s * inv).to_f32();
     }
-}
-
-/// `s ← exp(s − max)`; returns Σ s in order.
-fn exp_sum(scores: &mut [f32], max: f32) -> f32 {
-    let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    sum
 }
 
 fn portable_scores<T: KvElem>(

@@ -8,6 +8,8 @@
 //! `attention`: one query head over the f16 KV cache. Every path (AVX-512, AVX-VNNI, AVX2,
 //! portable) gives the same bits, and a row's result never depends on the other rows of the
 //! call, which is what keeps speculative output equal to plain decoding.
+//! `vexp`: the exponential of softmax and SwiGLU as ggml vectorises it, the same bits on the
+//! AVX2 and portable paths.
 
 pub mod attention;
 mod gemm;
@@ -15,6 +17,7 @@ pub mod kquants;
 pub mod packed;
 pub mod qmatmul;
 pub mod quantize;
+pub mod vexp;
 
 pub use qmatmul::{Isa, QuantFormat, QuantMatrix};
 pub use quantize::{quantize_rows, Q8Batch};

@@ -88,9 +88,7 @@ impl Model {
             let (Some(mut gate), Some(up)) = (gate_up.next(), gate_up.next()) else {
                 return Err(ModelError::Invalid("gate/up projection lost a part".into()));
             }; // [total, ffn] each
-            for (g, u) in gate.iter_mut().zip(&up) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
+            specgate_kernels::vexp::swiglu(&mut gate, &up);
             add_in_place(&mut x, &layer.down.forward(&gate)?);
         }
         self.head(items, &x, opts)
