@@ -132,22 +132,66 @@ fn widen_row(src: &[f16], dst: &mut [f32]) {
 /// Whether the AVX2/FMA/F16C path runs here: where the matmul runs AVX2 or better (so
 /// `SPECGATE_ISA=portable` turns both off) and the CPU converts f16 (checked once).
 fn simd() -> bool {
-    static SIMD: OnceLock<bool> = OnceLock::new();
-    *SIMD.get_or_init(|| {
+    AttnPath::detect() != AttnPath::Portable
+}
+
+/// Which kernels run attention. Every path gives the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AttnPath {
+    Portable,
+    /// AVX2/FMA/F16C, one query head at a time.
+    Avx2,
+    /// AVX-512VL's 32 registers: the query heads of a group (2 or 3 of width 64) share each
+    /// key and value load; other shapes as `Avx2`.
+    Avx512,
+}
+
+impl AttnPath {
+    /// The best this CPU runs, capped with the matmul by `SPECGATE_ISA` (checked once).
+    pub fn detect() -> AttnPath {
+        static PATH: OnceLock<AttnPath> = OnceLock::new();
+        *PATH.get_or_init(|| {
+            let best = AttnPath::available().pop().unwrap_or(AttnPath::Portable);
+            match crate::Isa::detect() {
+                crate::Isa::Portable => AttnPath::Portable,
+                crate::Isa::Avx512Vnni => best,
+                _ => best.min(AttnPath::Avx2),
+            }
+        })
+    }
+
+    /// Whether this path shares each key and value load among a group's query heads (then
+    /// reading the f16 cache in place is as fast as widening it first).
+    pub fn shares_loads(self, group: usize, head_dim: usize) -> bool {
+        self == AttnPath::Avx512 && head_dim == 64 && matches!(group, 2 | 3)
+    }
+
+    /// Every path this CPU can run, portable first.
+    pub fn available() -> Vec<AttnPath> {
+        let mut paths = vec![AttnPath::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            crate::Isa::detect() >= crate::Isa::Avx2 && is_x86_feature_detected!("f16c")
+            let f = |name: &str| match name {
+                "avx2" => is_x86_feature_detected!("avx2"),
+                "fma" => is_x86_feature_detected!("fma"),
+                "f16c" => is_x86_feature_detected!("f16c"),
+                "avx512f" => is_x86_feature_detected!("avx512f"),
+                _ => is_x86_feature_detected!("avx512vl"),
+            };
+            if ["avx2", "fma", "f16c"].into_iter().all(f) {
+                paths.push(AttnPath::Avx2);
+                if ["avx512f", "avx512vl"].into_iter().all(f) {
+                    paths.push(AttnPath::Avx512);
+                }
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+        paths
+    }
 }
 
 /// Attention of the `group` query heads that share one KV head (contiguous in `q` and `out`:
-/// [group * head_dim]) over the cache positions `visible` yields (at least one). Each head is
-/// computed alone, by the same operations whatever the group.
+/// [group * head_dim]) over the cache positions `visible` yields (at least one). Each head's
+/// result is the same whatever the group and whichever path runs.
 pub fn attend<T: KvElem>(
     q: &[f32],
     group: usize,
@@ -157,10 +201,19 @@ pub fn attend<T: KvElem>(
     scratch: &mut AttnScratch,
     out: &mut [f32],
 ) {
-    attend_with(q, group, kv, visible, scale, scratch, out, simd());
+    attend_with(
+        q,
+        group,
+        kv,
+        visible,
+        scale,
+        scratch,
+        out,
+        AttnPath::detect(),
+    );
 }
 
-/// [`attend`] with the SIMD path chosen by the caller (tests compare both).
+/// [`attend`] on the path chosen by the caller (tests compare them all).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_with<T: KvElem>(
     q: &[f32],
@@ -170,7 +223,7 @@ pub fn attend_with<T: KvElem>(
     scale: f32,
     scratch: &mut AttnScratch,
     out: &mut [f32],
-    simd: bool,
+    path: AttnPath,
 ) {
     let AttnScratch {
         q16,
@@ -180,7 +233,23 @@ pub fn attend_with<T: KvElem>(
     let hd = q.len() / group;
     positions.clear();
     positions.extend(visible);
-    let simd = simd && hd.is_multiple_of(8);
+    #[cfg(target_arch = "x86_64")]
+    if path.shares_loads(group, hd) {
+        q16.clear();
+        q16.extend(q.iter().map(|&x| f16::from_f32(x).to_f32()));
+        scores.clear();
+        scores.resize(group * positions.len(), 0.0);
+        // SAFETY: the Avx512 path is only asked for where the CPU has AVX-512F/VL, AVX2, FMA
+        // and F16C; positions index the cache; shapes were checked just above.
+        unsafe {
+            match group {
+                2 => x86::attend_group::<T, 2>(q16, &kv, positions, scale, scores, out),
+                _ => x86::attend_group::<T, 3>(q16, &kv, positions, scale, scores, out),
+            }
+        }
+        return;
+    }
+    let simd = path != AttnPath::Portable && hd.is_multiple_of(8);
     for (qh, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
         q16.clear();
         q16.extend(qh.iter().map(|&x| f16::from_f32(x).to_f32()));
@@ -285,7 +354,15 @@ mod tests {
     #[test]
     fn simd_equals_portable_for_any_length_position_set_group_and_storage() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        for (hd, group) in [(8, 1), (64, 1), (64, 3), (128, 2), (40, 3)] {
+        for (hd, group) in [
+            (8, 1),
+            (64, 1),
+            (64, 2),
+            (64, 3),
+            (64, 4),
+            (128, 2),
+            (40, 3),
+        ] {
             let stride = 3 * hd;
             let (k16, v16) = (cache(&mut rng, 41, stride), cache(&mut rng, 41, stride));
             let widen = |h: &[f16]| h.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
@@ -309,21 +386,22 @@ mod tests {
             sets.push((0..17).chain([20, 23, 40]).collect()); // a tree row
             let mut scratch = AttnScratch::default();
             for visible in &sets {
-                let mut run = |simd: bool, f16_cache: bool| {
+                let mut run = |path: AttnPath, f16_cache: bool| {
                     let mut out = vec![0.0f32; group * hd];
                     let it = visible.iter().copied();
                     if f16_cache {
-                        attend_with(&q, group, kv16, it, 0.3, &mut scratch, &mut out, simd);
+                        attend_with(&q, group, kv16, it, 0.3, &mut scratch, &mut out, path);
                     } else {
-                        attend_with(&q, group, kv, it, 0.3, &mut scratch, &mut out, simd);
+                        attend_with(&q, group, kv, it, 0.3, &mut scratch, &mut out, path);
                     }
                     out
                 };
-                let want = run(false, false);
+                let want = run(AttnPath::Portable, false);
                 let case = format!("head {hd}, group {group}, {visible:?}");
-                assert_eq!(run(true, false), want, "{case}: SIMD on the widened cache");
-                assert_eq!(run(true, true), want, "{case}: SIMD on the f16 cache");
-                assert_eq!(run(false, true), want, "{case}: portable on the f16 cache");
+                for path in AttnPath::available() {
+                    assert_eq!(run(path, false), want, "{case}: {path:?}, widened cache");
+                    assert_eq!(run(path, true), want, "{case}: {path:?}, f16 cache");
+                }
             }
         }
     }

@@ -16,7 +16,7 @@ use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q6_K, Q8_0};
 use crate::kquants;
 pub use crate::packed::QuantFormat;
 use crate::packed::{Canonical, GroupView, Packed, GROUP};
-use crate::quantize::{quantize_rows, Q8Batch, QK};
+use crate::quantize::{quantize_rows_into, Q8Batch, QK};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum KernelError {
@@ -157,32 +157,44 @@ impl QuantMatrix {
     /// The same product with a chosen instruction set (tests compare them all); one this CPU
     /// cannot run falls back to the portable kernel.
     pub fn matmul_with(&self, xs: &[f32], isa: Isa) -> Vec<f32> {
+        let mut y = vec![0.0f32; xs.len() / self.in_dim * self.out_dim];
+        self.matmul_into_with(xs, &mut Q8Batch::default(), &mut y, isa);
+        y
+    }
+
+    /// [`QuantMatrix::matmul`] into `y` ([rows, out_dim], every element overwritten), with
+    /// the quantized activations in `acts`: nothing is allocated once `acts` has grown to the
+    /// call's size, so a caller that keeps both buffers allocates nothing per call.
+    pub fn matmul_into(&self, xs: &[f32], acts: &mut Q8Batch, y: &mut [f32]) {
+        self.matmul_into_with(xs, acts, y, Isa::detect());
+    }
+
+    /// [`QuantMatrix::matmul_into`] with a chosen instruction set.
+    pub fn matmul_into_with(&self, xs: &[f32], acts: &mut Q8Batch, y: &mut [f32], isa: Isa) {
         let isa = if isa.supported() { isa } else { Isa::Portable };
-        let acts = quantize_rows(xs, self.in_dim);
+        quantize_rows_into(xs, self.in_dim, crate::quantize::simd(), acts);
         let rows = acts.rows;
-        let mut y = vec![0.0f32; rows * self.out_dim];
+        assert_eq!(y.len(), rows * self.out_dim, "output shape");
         if rows == 0 {
-            return y;
+            return;
         }
+        let acts = &*acts;
         let out = SharedOut(y.as_mut_ptr());
         let groups = self.out_dim.div_ceil(GROUP);
         let tasks = groups.div_ceil(GROUPS_PER_TASK);
-        (0..tasks)
-            .into_par_iter()
-            .for_each_init(Vec::new, |local, task| {
-                let first = task * GROUPS_PER_TASK;
-                for g in first..(first + GROUPS_PER_TASK).min(groups) {
-                    local.clear();
-                    local.resize(rows, [0.0f32; GROUP]);
-                    let view = self.packed.group(g);
-                    for r0 in (0..rows).step_by(TILE) {
-                        let n = (rows - r0).min(TILE);
-                        tile(self.format(), isa, &view, &acts, r0, &mut local[r0..r0 + n]);
-                    }
-                    let features = g * GROUP..((g + 1) * GROUP).min(self.out_dim);
-                    for (r, lanes) in local.iter().enumerate() {
-                        // SAFETY: in bounds (r < rows, features within out_dim); tasks write
-                        // disjoint column ranges of `y`, which outlives them.
+        (0..tasks).into_par_iter().for_each(|task| {
+            let first = task * GROUPS_PER_TASK;
+            let mut local = [[0.0f32; GROUP]; TILE];
+            for g in first..(first + GROUPS_PER_TASK).min(groups) {
+                let view = self.packed.group(g);
+                let features = g * GROUP..((g + 1) * GROUP).min(self.out_dim);
+                for r0 in (0..rows).step_by(TILE) {
+                    let n = (rows - r0).min(TILE);
+                    tile(self.format(), isa, &view, acts, r0, &mut local[..n]);
+                    for (r, lanes) in (r0..).zip(&local[..n]) {
+                        // SAFETY: in bounds (r < rows, features within out_dim, checked
+                        // above); tasks write disjoint column ranges of `y`, which outlives
+                        // them.
                         let dst = unsafe {
                             std::slice::from_raw_parts_mut(
                                 out.at(r * self.out_dim + features.start),
@@ -192,8 +204,8 @@ impl QuantMatrix {
                         dst.copy_from_slice(&lanes[..features.len()]);
                     }
                 }
-            });
-        y
+            }
+        });
     }
 }
 

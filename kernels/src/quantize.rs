@@ -35,16 +35,21 @@ pub fn quantize_rows(xs: &[f32], dim: usize) -> Q8Batch {
 
 /// [`quantize_rows`] with the SIMD path chosen by the caller (tests compare both).
 pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
+    let mut out = Q8Batch::default();
+    quantize_rows_into(xs, dim, simd, &mut out);
+    out
+}
+
+/// [`quantize_rows_with`] into `out`, reusing its buffers (no allocation once they are large
+/// enough).
+pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch) {
     let rows = xs.len() / dim;
     let blocks = dim / QK;
-    let mut out = Q8Batch {
-        rows,
-        blocks,
-        d: Vec::with_capacity(rows * blocks),
-        s: Vec::with_capacity(rows * blocks),
-        sums16: Vec::with_capacity(rows * blocks * 2),
-        qs: vec![0; rows * blocks * QK],
-    };
+    (out.rows, out.blocks) = (rows, blocks);
+    out.d.clear();
+    out.s.clear();
+    out.sums16.clear();
+    out.qs.resize(rows * blocks * QK, 0);
     let chunks = xs[..rows * dim].chunks_exact(QK);
     for (block, qs) in chunks.zip(out.qs.chunks_exact_mut(QK)) {
         #[cfg(target_arch = "x86_64")]
@@ -65,11 +70,10 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
         let first: i32 = qs[..QK / 2].iter().map(|&q| q as i32).sum();
         out.sums16.extend([first, sum - first]);
     }
-    out
 }
 
 /// Whether AVX2 quantization runs here: where the matmul runs AVX2 or better.
-fn simd() -> bool {
+pub(crate) fn simd() -> bool {
     crate::Isa::detect() >= crate::Isa::Avx2
 }
 

@@ -5,7 +5,7 @@
 
 use half::f16;
 use rayon::prelude::*;
-use specgate_kernels::attention::{attend, AttnScratch, KvHead, WideHead};
+use specgate_kernels::attention::{attend, AttnPath, AttnScratch, KvHead, WideHead};
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -68,46 +68,62 @@ pub fn causal_attention(
     let prefix = keys.len() / (n_kv * head_dim) - rows;
     let (group, scale) = (shape.group(), shape.scale());
     let width = group * head_dim;
-    // One task per (KV head, chunk of rows): each widens its KV head once, then runs every
-    // query head of the group for each of its rows.
+    // One task per (KV head, chunk of rows): each widens its KV head once (unless the
+    // kernels share each f16 load among the group's heads: measured as fast, and no copy),
+    // then runs every query head of the group for each of its rows.
+    let shared = AttnPath::detect().shares_loads(group, head_dim);
     let chunks = rows.div_ceil(ROWS_PER_TASK);
-    let task = |(wide, scratch): &mut (WideHead, AttnScratch), (kh, c): (usize, usize)| {
+    let dst = SharedRows(out.as_mut_ptr(), out.len());
+    let task = |(wide, scratch): &mut (WideHead, AttnScratch), job: usize| {
+        let (kh, c) = (job / chunks, job % chunks);
         let first = c * ROWS_PER_TASK;
         let last = (first + ROWS_PER_TASK).min(rows);
-        let widened = (last - first) * group >= WIDEN_MIN_QUERIES;
+        let widened = (last - first) * group >= WIDEN_MIN_QUERIES && !shared;
         if widened {
             shape.widen((keys, values), kh, prefix + last, wide);
         }
-        let mut outs = Vec::with_capacity(last - first);
         for r in first..last {
             let qg = &q[r * q_width + kh * width..][..width];
-            let mut o = vec![0.0f32; width];
+            // SAFETY: jobs are distinct (KV head, row chunk) pairs, so each writes its own
+            // disjoint [r * q_width + kh * width, +width) range of `out`.
+            let o = unsafe { dst.slice(r * q_width + kh * width, width) };
             let visible = 0..prefix + r + 1;
             if widened {
-                attend(qg, group, wide.view(), visible, scale, scratch, &mut o);
+                attend(qg, group, wide.view(), visible, scale, scratch, o);
             } else {
                 let kv = shape.in_place((keys, values), kh);
-                attend(qg, group, kv, visible, scale, scratch, &mut o);
+                attend(qg, group, kv, visible, scale, scratch, o);
             }
-            outs.push(o);
         }
-        (kh, first, outs)
     };
-    let jobs: Vec<(usize, usize)> = (0..n_kv)
-        .flat_map(|kh| (0..chunks).map(move |c| (kh, c)))
-        .collect();
-    let results: Vec<_> = if rows * n_heads * (prefix + rows) < PARALLEL_MIN_SCORES {
-        let mut state = (WideHead::default(), AttnScratch::default());
-        jobs.into_iter().map(|j| task(&mut state, j)).collect()
+    let jobs = n_kv * chunks;
+    if rows * n_heads * (prefix + rows) < PARALLEL_MIN_SCORES {
+        SCRATCH.with_borrow_mut(|state| (0..jobs).for_each(|j| task(state, j)));
     } else {
-        jobs.into_par_iter()
-            .map_init(|| (WideHead::default(), AttnScratch::default()), task)
-            .collect()
-    };
-    for (kh, first, outs) in results {
-        for (i, o) in outs.into_iter().enumerate() {
-            out[(first + i) * q_width + kh * width..][..width].copy_from_slice(&o);
-        }
+        (0..jobs)
+            .into_par_iter()
+            .for_each(|j| SCRATCH.with_borrow_mut(|state| task(state, j)));
+    }
+}
+
+thread_local! {
+    /// Each thread's attention buffers, kept between calls (no allocation once warm).
+    static SCRATCH: std::cell::RefCell<(WideHead, AttnScratch)> = Default::default();
+}
+
+/// `out` of [`causal_attention`], written by every task at its own (row, KV head) ranges.
+struct SharedRows(*mut f32, usize);
+
+// SAFETY: tasks only write disjoint ranges through it (see `causal_attention`).
+unsafe impl Sync for SharedRows {}
+
+impl SharedRows {
+    /// # Safety
+    /// No other live slice may overlap `at..at + len`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
+        assert!(at + len <= self.1, "attention output range");
+        std::slice::from_raw_parts_mut(self.0.add(at), len)
     }
 }
 
@@ -130,25 +146,25 @@ pub fn tree_attention(
     let prefix = cache_len - rows;
     let (group, scale) = (shape.group(), shape.scale());
     let width = group * head_dim;
-    let (mut wide, mut scratch) = (WideHead::default(), AttnScratch::default());
-    for kh in 0..n_kv {
-        shape.widen((keys, values), kh, cache_len, &mut wide);
-        for (r, seen) in visible.iter().enumerate().take(rows) {
-            let qg = &q[r * q_width + kh * width..][..width];
-            let o = &mut out[r * q_width + kh * width..][..width];
-            let own = seen.iter().map(|&v| prefix + v);
-            let view = wide.view();
-            attend(
-                qg,
-                group,
-                view,
-                (0..prefix).chain(own),
-                scale,
-                &mut scratch,
-                o,
-            );
+    let shared = AttnPath::detect().shares_loads(group, head_dim);
+    SCRATCH.with_borrow_mut(|(wide, scratch)| {
+        for kh in 0..n_kv {
+            if !shared {
+                shape.widen((keys, values), kh, cache_len, wide);
+            }
+            for (r, seen) in visible.iter().enumerate().take(rows) {
+                let qg = &q[r * q_width + kh * width..][..width];
+                let o = &mut out[r * q_width + kh * width..][..width];
+                let seen = (0..prefix).chain(seen.iter().map(|&v| prefix + v));
+                if shared {
+                    let kv = shape.in_place((keys, values), kh);
+                    attend(qg, group, kv, seen, scale, scratch, o);
+                } else {
+                    attend(qg, group, wide.view(), seen, scale, scratch, o);
+                }
+            }
         }
-    }
+    });
 }
 
 /// Below this many query-key scores per call, attention runs on the calling thread.

@@ -6,7 +6,7 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use specgate_kernels::{QuantFormat, QuantMatrix};
+use specgate_kernels::{Q8Batch, QuantFormat, QuantMatrix};
 
 use super::ModelError;
 
@@ -61,6 +61,25 @@ impl Linear {
 
     pub fn out_dim(&self) -> usize {
         self.out_dim
+    }
+
+    /// [`Linear::forward`] into `out` (resized to [rows, out_dim]) with the quantized
+    /// activations in `acts`: on our kernel nothing is allocated once both have grown.
+    pub fn forward_into(
+        &self,
+        xs: &[f32],
+        acts: &mut Q8Batch,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        out.resize(xs.len() / self.in_dim * self.out_dim, 0.0);
+        match &self.backend {
+            Backend::Kernel(m) => m.matmul_into(xs, acts, out),
+            Backend::Candle(_) => {
+                let y = self.forward(xs)?;
+                out.copy_from_slice(&y);
+            }
+        }
+        Ok(())
     }
 
     /// `xs`: [rows, in_dim] → [rows, out_dim].
@@ -123,26 +142,33 @@ impl LinearGroup {
         }
     }
 
-    /// `xs`: [rows, in_dim] → one [rows, dim_i] per part.
-    pub fn forward(&self, xs: &[f32]) -> Result<Vec<Vec<f32>>, ModelError> {
+    /// `xs`: [rows, in_dim] → `outs[i]`: [rows, dim_i] (resized), through `fused` (scratch for
+    /// the stacked product) and `acts` (the quantized input); nothing is allocated once the
+    /// buffers have grown.
+    pub fn forward_into(
+        &self,
+        xs: &[f32],
+        acts: &mut Q8Batch,
+        fused_out: &mut Vec<f32>,
+        outs: &mut [&mut Vec<f32>],
+    ) -> Result<(), ModelError> {
         let Some(fused) = &self.fused else {
-            return self.parts.iter().map(|p| p.forward(xs)).collect();
-        };
-        let y = fused.forward(xs)?; // [rows, Σ dims]
-        let total = fused.out_dim;
-        let rows = y.len() / total.max(1);
-        let mut outs: Vec<Vec<f32>> = self
-            .dims
-            .iter()
-            .map(|&d| Vec::with_capacity(rows * d))
-            .collect();
-        for row in y.chunks_exact(total) {
-            let mut at = 0;
-            for (out, &d) in outs.iter_mut().zip(&self.dims) {
-                out.extend_from_slice(&row[at..at + d]);
-                at += d;
+            for (p, out) in self.parts.iter().zip(outs.iter_mut()) {
+                p.forward_into(xs, acts, out)?;
             }
+            return Ok(());
+        };
+        fused.forward_into(xs, acts, fused_out)?; // [rows, Σ dims]
+        let total = fused.out_dim;
+        let rows = fused_out.len() / total.max(1);
+        let mut at = 0;
+        for (out, &d) in outs.iter_mut().zip(&self.dims) {
+            out.resize(rows * d, 0.0);
+            for (dst, row) in out.chunks_exact_mut(d).zip(fused_out.chunks_exact(total)) {
+                dst.copy_from_slice(&row[at..at + d]);
+            }
+            at += d;
         }
-        Ok(outs)
+        Ok(())
     }
 }

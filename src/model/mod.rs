@@ -124,6 +124,7 @@ pub struct Model {
     rope: Rope,
     caches: HashMap<SeqId, KvCache>,
     next_seq: u64,
+    work: forward::Workspace,
 }
 
 impl Model {
@@ -157,6 +158,7 @@ impl Model {
             rope,
             caches: HashMap::new(),
             next_seq: 0,
+            work: forward::Workspace::default(),
         };
         Ok((model, loaded.content.metadata))
     }

@@ -143,3 +143,61 @@ unsafe fn in_registers<T: KvElem, const C: usize>(
         _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), *a);
     }
 }
+
+/// [`super::attend`] for the `G` query heads of a group (`q16`: [G][64], already rounded to
+/// f16) at once: each key and value is loaded once for all of them. Per head, scores,
+/// softmax and the weighted sum are the single-head kernels' operations in the same order.
+/// `scores`: [G][positions.len()] scratch; `out`: [G][64].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub unsafe fn attend_group<T: KvElem, const G: usize>(
+    q16: &[f32],
+    kv: &KvHead<T>,
+    positions: &[usize],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    const HD: usize = 64;
+    let n = positions.len();
+    let base = kv.keys.as_ptr().add(kv.offset);
+    for (b, block) in positions.chunks(8).enumerate() {
+        let last = block.len() - 1;
+        let rows: [*const T; 8] = std::array::from_fn(|p| base.add(block[p.min(last)] * kv.stride));
+        let mut acc = [[_mm256_setzero_ps(); 8]; G];
+        for c in 0..HD / 8 {
+            let q: [__m256; G] =
+                std::array::from_fn(|g| _mm256_loadu_ps(q16.as_ptr().add(g * HD + c * 8)));
+            for (p, row) in rows.iter().enumerate() {
+                let k = T::load8(row.add(c * 8));
+                for g in 0..G {
+                    acc[g][p] = _mm256_fmadd_ps(q[g], k, acc[g][p]);
+                }
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            let sums = hsum8_x8(a);
+            scores[g * n + b * 8..][..block.len()].copy_from_slice(&sums[..block.len()]);
+        }
+    }
+    for g in 0..G {
+        super::softmax_f16(&mut scores[g * n..(g + 1) * n], scale, true);
+    }
+    let base = kv.values.as_ptr().add(kv.offset);
+    let mut acc = [[_mm256_setzero_ps(); HD / 8]; G];
+    for (i, &t) in positions.iter().enumerate() {
+        let row = base.add(t * kv.stride);
+        let w: [__m256; G] =
+            std::array::from_fn(|g| _mm256_set1_ps(*scores.get_unchecked(g * n + i)));
+        for c in 0..HD / 8 {
+            let v = T::load8(row.add(c * 8));
+            for g in 0..G {
+                acc[g][c] = _mm256_fmadd_ps(w[g], v, acc[g][c]);
+            }
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        for (c, v) in a.iter().enumerate() {
+            _mm256_storeu_ps(out.as_mut_ptr().add(g * HD + c * 8), *v);
+        }
+    }
+}
