@@ -89,21 +89,25 @@ pub fn exp_sub_sum_with(scores: &mut [f32], max: f32, simd: bool) -> f64 {
     sum
 }
 
-/// SwiGLU in place: `gate ← gate / (1 + e^(−gate)) · up`.
-pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    swiglu_with(gate, up, simd());
+/// SwiGLU: `out ← gate / (1 + e^(−gate)) · up` (all three the same length).
+pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    swiglu_with(gate, up, out, simd());
 }
 
 /// [`swiglu`] with the SIMD path chosen by the caller.
-pub fn swiglu_with(gate: &mut [f32], up: &[f32], simd: bool) {
+pub fn swiglu_with(gate: &[f32], up: &[f32], out: &mut [f32], simd: bool) {
+    assert!(
+        gate.len() == up.len() && up.len() == out.len(),
+        "SwiGLU shapes"
+    );
     #[cfg(target_arch = "x86_64")]
     if simd {
-        // SAFETY: as in `exp_sub_sum_with`.
-        return unsafe { x86::swiglu(gate, up) };
+        // SAFETY: as in `exp_sub_sum_with`; the lengths are equal.
+        return unsafe { x86::swiglu(gate, up, out) };
     }
     let _ = simd;
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp_lane(-*g)) * u;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + exp_lane(-g)) * u;
     }
 }
 
@@ -177,24 +181,23 @@ mod x86 {
         sum
     }
 
+    /// # Safety
+    /// AVX2 and FMA; the three slices have one length.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
+    pub unsafe fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
         let one = _mm256_set1_ps(1.0);
-        let n = gate.len().min(up.len());
-        let (gate, up) = (&mut gate[..n], &up[..n]);
-        let mut gs = gate.chunks_exact_mut(8);
-        let mut us = up.chunks_exact(8);
-        for (g, u) in (&mut gs).zip(&mut us) {
+        let mut os = out.chunks_exact_mut(8);
+        let (gs, us) = (gate.chunks_exact(8), up.chunks_exact(8));
+        let (g_tail, u_tail) = (gs.remainder(), us.remainder());
+        for ((o, g), u) in (&mut os).zip(gs).zip(us) {
             let x = _mm256_loadu_ps(g.as_ptr());
             let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
             let silu = _mm256_div_ps(x, _mm256_add_ps(one, e));
-            _mm256_storeu_ps(
-                g.as_mut_ptr(),
-                _mm256_mul_ps(silu, _mm256_loadu_ps(u.as_ptr())),
-            );
+            let y = _mm256_mul_ps(silu, _mm256_loadu_ps(u.as_ptr()));
+            _mm256_storeu_ps(o.as_mut_ptr(), y);
         }
-        for (g, &u) in gs.into_remainder().iter_mut().zip(us.remainder()) {
-            *g = *g / (1.0 + exp_lane(-*g)) * u;
+        for ((o, &g), &u) in os.into_remainder().iter_mut().zip(g_tail).zip(u_tail) {
+            *o = g / (1.0 + exp_lane(-g)) * u;
         }
     }
 }
@@ -250,9 +253,9 @@ mod tests {
             );
             let up: Vec<f32> = (0..len).map(|i| i as f32 * 0.25 - 3.0).collect();
             let finite: Vec<f32> = xs[..len].iter().map(|x| x.clamp(-200.0, 200.0)).collect();
-            let (mut a, mut b) = (finite.clone(), finite);
-            swiglu_with(&mut a, &up, true);
-            swiglu_with(&mut b, &up, false);
+            let (mut a, mut b) = (vec![0.0; len], vec![0.0; len]);
+            swiglu_with(&finite, &up, &mut a, true);
+            swiglu_with(&finite, &up, &mut b, false);
             assert_eq!(bits(&a), bits(&b), "swiglu, {len} values");
         }
     }

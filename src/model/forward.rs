@@ -11,11 +11,7 @@ pub(super) struct Workspace {
     x: Vec<f32>,
     xn: Vec<f32>,
     attn: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
     gate: Vec<f32>,
-    up: Vec<f32>,
     proj: Vec<f32>,
 }
 
@@ -69,48 +65,50 @@ impl Model {
             .collect();
         w.xn.resize(total * hidden, 0.0);
         w.attn.resize(total * q_width, 0.0);
+        let stride = q_width + 2 * kv_width; // a fused Q/K/V row
+        let ffn = cfg.ffn;
         for (l, layer) in self.weights.layers[..depth].iter().enumerate() {
             rms_norm(&w.x, &layer.attn_norm, cfg.rms_eps, &mut w.xn);
-            let (q, k, v) = (&mut w.q, &mut w.k, &mut w.v);
-            layer
-                .qkv
-                .forward_into(&w.xn, &mut w.acts, &mut w.fused, &mut [q, k, v])?;
+            layer.qkv.forward_into(&w.xn, &mut w.acts, &mut w.fused)?;
             let mut row = 0;
             for ((it, &start), tree) in items.iter().zip(&starts).zip(&trees) {
                 let n = it.tokens.len();
                 for i in 0..n {
-                    let r = row + i;
                     let pos = start + tree.as_ref().map_or(i, |t| t.depth[i]);
-                    self.rope
-                        .apply(&mut w.q[r * q_width..][..q_width], cfg.head_dim, pos);
-                    self.rope
-                        .apply(&mut w.k[r * kv_width..][..kv_width], cfg.head_dim, pos);
+                    let (q, kv) = w.fused[(row + i) * stride..][..stride].split_at_mut(q_width);
+                    self.rope.apply(q, cfg.head_dim, pos);
+                    self.rope.apply(&mut kv[..kv_width], cfg.head_dim, pos);
                 }
                 let cache = self
                     .caches
                     .get_mut(&it.seq)
                     .ok_or(ModelError::UnknownSequence(it.seq))?;
-                let rows = row * kv_width..(row + n) * kv_width;
-                cache.append(l, &w.k[rows.clone()], &w.v[rows]);
+                let rows = &w.fused[row * stride..(row + n) * stride];
+                cache.append_strided(l, rows, stride, q_width, q_width + kv_width);
                 let (keys, values) = cache.layer(l);
-                let (q_rows, out) = (
-                    &w.q[row * q_width..(row + n) * q_width],
-                    &mut w.attn[row * q_width..(row + n) * q_width],
-                );
+                let q = QueryRows { rows, stride };
+                let out = &mut w.attn[row * q_width..(row + n) * q_width];
                 match tree {
-                    None => causal_attention(shape, q_rows, keys, values, out),
-                    Some(t) => tree_attention(shape, q_rows, keys, values, &t.visible, out),
+                    None => causal_attention(shape, q, keys, values, out),
+                    Some(t) => tree_attention(shape, q, keys, values, &t.visible, out),
                 }
                 row += n;
             }
             layer.wo.forward_into(&w.attn, &mut w.acts, &mut w.proj)?;
             add_in_place(&mut w.x, &w.proj);
             rms_norm(&w.x, &layer.ffn_norm, cfg.rms_eps, &mut w.xn);
-            let (gate, up) = (&mut w.gate, &mut w.up);
             layer
                 .gate_up
-                .forward_into(&w.xn, &mut w.acts, &mut w.fused, &mut [gate, up])?;
-            specgate_kernels::vexp::swiglu(&mut w.gate, &w.up);
+                .forward_into(&w.xn, &mut w.acts, &mut w.fused)?;
+            w.gate.resize(total * ffn, 0.0);
+            for (gu, h) in w
+                .fused
+                .chunks_exact(2 * ffn)
+                .zip(w.gate.chunks_exact_mut(ffn))
+            {
+                let (gate, up) = gu.split_at(ffn);
+                specgate_kernels::vexp::swiglu(gate, up, h);
+            }
             layer.down.forward_into(&w.gate, &mut w.acts, &mut w.proj)?;
             add_in_place(&mut w.x, &w.proj);
         }

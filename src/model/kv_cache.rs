@@ -65,8 +65,25 @@ impl KvCache {
 
     /// Append rows for one layer. `k`, `v`: [rows, width].
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        self.keys[layer].extend(k.iter().map(|&x| f16::from_f32(x)));
-        self.values[layer].extend(v.iter().map(|&x| f16::from_f32(x)));
+        push_f16(&mut self.keys[layer], k);
+        push_f16(&mut self.values[layer], v);
+    }
+
+    /// Append rows for one layer from rows of `stride` values holding a key of `width`
+    /// values at `k_at` and a value at `v_at` (the fused Q/K/V product).
+    pub fn append_strided(
+        &mut self,
+        layer: usize,
+        rows: &[f32],
+        stride: usize,
+        k_at: usize,
+        v_at: usize,
+    ) {
+        let width = self.width;
+        for row in rows.chunks_exact(stride) {
+            push_f16(&mut self.keys[layer], &row[k_at..k_at + width]);
+            push_f16(&mut self.values[layer], &row[v_at..v_at + width]);
+        }
     }
 
     /// All keys and values of one layer: ([len, width], [len, width]).
@@ -114,4 +131,13 @@ mod tests {
         assert_eq!((k[1].to_f32(), v[0].to_f32()), (2.0, 5.0));
         assert_eq!((k.len(), c.bytes()), (2, 2 * 4 * 2)); // 2 layers × (K + V) × 2 halves
     }
+}
+
+/// Round `xs` to f16 onto the end of `buf` (F16C where the CPU has it; the same rounding,
+/// to nearest even, either way).
+fn push_f16(buf: &mut Vec<f16>, xs: &[f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let start = buf.len();
+    buf.resize(start + xs.len(), f16::ZERO);
+    buf[start..].convert_from_f32_slice(xs);
 }

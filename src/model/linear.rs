@@ -142,33 +142,32 @@ impl LinearGroup {
         }
     }
 
-    /// `xs`: [rows, in_dim] → `outs[i]`: [rows, dim_i] (resized), through `fused` (scratch for
-    /// the stacked product) and `acts` (the quantized input); nothing is allocated once the
-    /// buffers have grown.
+    /// `xs`: [rows, in_dim] → `out`: [rows, Σ dims] (resized), each row the parts' outputs
+    /// side by side; `acts` holds the quantized input. On our kernel nothing is allocated
+    /// once the buffers have grown.
     pub fn forward_into(
         &self,
         xs: &[f32],
         acts: &mut Q8Batch,
-        fused_out: &mut Vec<f32>,
-        outs: &mut [&mut Vec<f32>],
+        out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
-        let Some(fused) = &self.fused else {
-            for (p, out) in self.parts.iter().zip(outs.iter_mut()) {
-                p.forward_into(xs, acts, out)?;
-            }
-            return Ok(());
-        };
-        fused.forward_into(xs, acts, fused_out)?; // [rows, Σ dims]
-        let total = fused.out_dim;
-        let rows = fused_out.len() / total.max(1);
-        let mut at = 0;
-        for (out, &d) in outs.iter_mut().zip(&self.dims) {
-            out.resize(rows * d, 0.0);
-            for (dst, row) in out.chunks_exact_mut(d).zip(fused_out.chunks_exact(total)) {
-                dst.copy_from_slice(&row[at..at + d]);
-            }
-            at += d;
+        if let Some(fused) = &self.fused {
+            return fused.forward_into(xs, acts, out);
         }
+        let parts = self
+            .parts
+            .iter()
+            .map(|p| p.forward(xs))
+            .collect::<Result<Vec<_>, _>>()?;
+        let total: usize = self.dims.iter().sum();
+        let rows = parts.first().map_or(0, |p| p.len() / self.dims[0].max(1));
+        out.clear();
+        for r in 0..rows {
+            for (p, &d) in parts.iter().zip(&self.dims) {
+                out.extend_from_slice(&p[r * d..(r + 1) * d]);
+            }
+        }
+        debug_assert_eq!(out.len(), rows * total);
         Ok(())
     }
 }

@@ -26,7 +26,7 @@ pub use weights::{lm_head_tensor, load_lm_head, read_header};
 /// GGUF key-value metadata.
 pub type GgufMetadata = HashMap<String, candle_core::quantized::gguf_file::Value>;
 
-use attention::{causal_attention, tree_attention, AttnShape};
+use attention::{causal_attention, tree_attention, AttnShape, QueryRows};
 use rope::Rope;
 use weights::Weights;
 
