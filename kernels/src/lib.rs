@@ -8,6 +8,7 @@
 //! `attention`: one query head over the f16 KV cache. Every path (AVX-512, AVX-VNNI, AVX2,
 //! portable) gives the same bits, and a row's result never depends on the other rows of the
 //! call, which is what keeps speculative output equal to plain decoding.
+//! `pool`: the fork-join pool those steps run on, whose helpers spin between steps.
 //! `vexp`: the exponential of softmax and SwiGLU as ggml vectorises it, the same bits on the
 //! AVX2 and portable paths.
 
@@ -15,6 +16,7 @@ pub mod attention;
 mod gemm;
 pub mod kquants;
 pub mod packed;
+pub mod pool;
 pub mod qmatmul;
 pub mod quantize;
 pub mod vexp;

@@ -5,12 +5,12 @@
 //! output features is read once for all activation rows of a call while it sits in L1, so a
 //! verify pass of k+1 rows costs little more memory traffic than one decode row, and its
 //! float work is one vector operation per block, row and 16 features. Groups are split
-//! across rayon threads; each task writes its own columns of the output.
+//! across the threads of [`crate::pool::SpinPool`]; each task writes its own columns of the
+//! output.
 
 use std::sync::OnceLock;
 
 use half::f16;
-use rayon::prelude::*;
 
 use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q6_K, Q8_0};
 use crate::kquants;
@@ -182,7 +182,7 @@ impl QuantMatrix {
         let out = SharedOut(y.as_mut_ptr());
         let groups = self.out_dim.div_ceil(GROUP);
         let tasks = groups.div_ceil(GROUPS_PER_TASK);
-        (0..tasks).into_par_iter().for_each(|task| {
+        let body = |task: usize| {
             let first = task * GROUPS_PER_TASK;
             let mut local = [[0.0f32; GROUP]; TILE];
             for g in first..(first + GROUPS_PER_TASK).min(groups) {
@@ -205,7 +205,8 @@ impl QuantMatrix {
                     }
                 }
             }
-        });
+        };
+        crate::pool::SpinPool::global().for_each(tasks, &body);
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use specgate_kernels::{Q8Batch, QuantFormat, QuantMatrix};
 
-/// The system allocator, counting allocations in every thread (rayon's workers too).
+/// The system allocator, counting allocations in every thread (the pool's helpers too).
 struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);

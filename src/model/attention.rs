@@ -4,8 +4,8 @@
 //! `specgate_kernels::attention`.
 
 use half::f16;
-use rayon::prelude::*;
 use specgate_kernels::attention::{attend, AttnPath, AttnScratch, KvHead, WideHead};
+use specgate_kernels::pool::SpinPool;
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -118,9 +118,7 @@ pub fn causal_attention(
     if rows * n_heads * (prefix + rows) < PARALLEL_MIN_SCORES {
         SCRATCH.with_borrow_mut(|state| (0..jobs).for_each(|j| task(state, j)));
     } else {
-        (0..jobs)
-            .into_par_iter()
-            .for_each(|j| SCRATCH.with_borrow_mut(|state| task(state, j)));
+        SpinPool::global().for_each(jobs, &|j| SCRATCH.with_borrow_mut(|state| task(state, j)));
     }
 }
 

@@ -23,11 +23,9 @@ impl Model {
         items: &[BatchItem<'_>],
         opts: ForwardOptions,
     ) -> Result<BatchOutput, ModelError> {
-        // Run the whole pass on a pool thread: each of its ~120 parallel steps then starts
-        // on a thread that is already awake, instead of waking the pool and putting this
-        // thread to sleep once per step (measured: one token after 300, 9.2 → 7.7 ms).
+        // The pass's ~155 parallel steps run on `SpinPool` (its helpers spin between steps).
         let mut work = std::mem::take(&mut self.work);
-        let out = rayon::scope(|_| self.forward_on_pool(items, opts, &mut work));
+        let out = self.forward_on_pool(items, opts, &mut work);
         self.work = work;
         out
     }
