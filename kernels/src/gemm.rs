@@ -8,7 +8,7 @@
 //! `ms = fma(m_w, s_a, ms)` once at the end. Q6_K blocks (unsigned 6-bit values, a scale per
 //! half) do the same per half, taking out 32·Σa of that half.
 
-use crate::packed::{GroupView, QuantFormat, GROUP};
+use crate::packed::{GroupView, QuantFormat, Scales, GROUP};
 use crate::quantize::{Q8Batch, QK};
 
 /// Format tags for the const-generic kernels.
@@ -76,7 +76,7 @@ pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[
                     for h in 0..2 {
                         let dot = block_dot::<F>(g, b, lane, y, 4 * h..4 * h + 4);
                         let isum = dot - 32 * a.sums16[2 * i + h];
-                        let dd = g.d[(2 * b + h) * GROUP + lane] * a.d[i];
+                        let dd = g.d.get((2 * b + h) * GROUP + lane) * a.d[i];
                         acc[lane] = dd.mul_add(isum as f32, acc[lane]);
                     }
                     continue;
@@ -85,10 +85,10 @@ pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[
                 if F == Q4_0 {
                     isum -= 8 * a.sum(i);
                 }
-                let dd = g.d[b * GROUP + lane] * a.d[i];
+                let dd = g.d.get(b * GROUP + lane) * a.d[i];
                 acc[lane] = dd.mul_add(isum as f32, acc[lane]);
                 if F == Q4_1 {
-                    ms[lane] = g.m[b * GROUP + lane].mul_add(a.s[i], ms[lane]);
+                    ms[lane] = g.m.get(b * GROUP + lane).mul_add(a.s[i], ms[lane]);
                 }
             }
         }
@@ -111,6 +111,30 @@ pub mod x86 {
     #[inline(always)]
     unsafe fn chunk(y: *const i8, c: usize) -> i32 {
         std::ptr::read_unaligned(y.add(4 * c) as *const i32)
+    }
+
+    /// Sixteen scales from `at` as f32.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn scales16(s: Scales, at: usize) -> __m512 {
+        match s {
+            Scales::F32(v) => _mm512_loadu_ps(v.as_ptr().add(at)),
+            Scales::F16(v) => {
+                _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at) as *const __m256i))
+            }
+        }
+    }
+
+    /// Eight scales from `at` as f32.
+    #[target_feature(enable = "avx,f16c")]
+    #[inline]
+    unsafe fn scales8(s: Scales, at: usize) -> __m256 {
+        match s {
+            Scales::F32(v) => _mm256_loadu_ps(v.as_ptr().add(at)),
+            Scales::F16(v) => {
+                _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at) as *const __m128i))
+            }
+        }
     }
 
     /// AVX-512 VNNI: all 16 features of the group in one register.
@@ -150,8 +174,13 @@ pub mod x86 {
                 }
             }
             let scales = if F == Q6_K { 2 } else { 1 };
-            let wd = _mm512_loadu_ps(g.d.as_ptr().add(b * scales * GROUP));
-            let wd2 = _mm512_loadu_ps(g.d.as_ptr().add((b * scales + scales - 1) * GROUP));
+            let wd = scales16(g.d, b * scales * GROUP);
+            let wd2 = scales16(g.d, (b * scales + scales - 1) * GROUP);
+            let wm = if F == Q4_1 {
+                scales16(g.m, b * GROUP)
+            } else {
+                _mm512_setzero_ps()
+            };
             for t in 0..R {
                 let i = (r0 + t) * nb + b;
                 let y = a.qs.as_ptr().add(i * QK);
@@ -183,7 +212,6 @@ pub mod x86 {
                 let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
                 acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
                 if F == Q4_1 {
-                    let wm = _mm512_loadu_ps(g.m.as_ptr().add(b * GROUP));
                     let s = _mm512_set1_ps(*a.s.get_unchecked(i));
                     ms[t] = _mm512_fmadd_ps(wm, s, ms[t]);
                 }
@@ -235,7 +263,12 @@ pub mod x86 {
                                 w[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
                             }
                         }
-                        let wd = _mm256_loadu_ps(g.d.as_ptr().add(b * scales * GROUP + h * 8));
+                        let wd = scales8(g.d, b * scales * GROUP + h * 8);
+                        let wm = if F == Q4_1 {
+                            scales8(g.m, b * GROUP + h * 8)
+                        } else {
+                            _mm256_setzero_ps()
+                        };
                         for t in 0..R {
                             let i = (r0 + t) * nb + b;
                             let y = a.qs.as_ptr().add(i * QK);
@@ -250,8 +283,7 @@ pub mod x86 {
                                     let s = *a.sums16.get_unchecked(2 * i + half);
                                     isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(32 * s));
                                     let at = (b * 2 + half) * GROUP + h * 8;
-                                    let dd =
-                                        _mm256_mul_ps(_mm256_loadu_ps(g.d.as_ptr().add(at)), ad);
+                                    let dd = _mm256_mul_ps(scales8(g.d, at), ad);
                                     acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
                                 }
                                 continue;
@@ -273,7 +305,6 @@ pub mod x86 {
                             let dd = _mm256_mul_ps(wd, _mm256_set1_ps(*a.d.get_unchecked(i)));
                             acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
                             if F == Q4_1 {
-                                let wm = _mm256_loadu_ps(g.m.as_ptr().add(b * GROUP + h * 8));
                                 let s = _mm256_set1_ps(*a.s.get_unchecked(i));
                                 ms[t] = _mm256_fmadd_ps(wm, s, ms[t]);
                             }
@@ -303,8 +334,8 @@ pub mod x86 {
         _mm256_dpbusd_avx_epi32(acc, x, y)
     }
 
-    tile256!("avx2,fma", tile_avx2, dot_avx2);
-    tile256!("avx2,fma,avxvnni", tile_vnni, dot_vnni);
+    tile256!("avx2,fma,f16c", tile_avx2, dot_avx2);
+    tile256!("avx2,fma,f16c,avxvnni", tile_vnni, dot_vnni);
 
     /// The AVX-VNNI instruction in its AVX-512 encoding: lets the tests run the AVX-VNNI
     /// kernel's logic on CPUs that have AVX-512 VNNI but not AVX-VNNI (AMD Zen 4).
@@ -316,7 +347,7 @@ pub mod x86 {
 
     #[cfg(test)]
     tile256!(
-        "avx2,fma,avx512f,avx512vl,avx512vnni",
+        "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
         tile_vnni_evex,
         dot_vnni_evex
     );

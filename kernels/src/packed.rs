@@ -8,6 +8,8 @@
 //! broadcast to every lane, and the per-block scaling runs on 16 features in one vector
 //! instead of once per feature: that float work is what made a many-row product expensive.
 
+use half::f16;
+
 use crate::quantize::QK;
 
 /// Output features per interleaved group (one 512-bit register of f32).
@@ -89,22 +91,82 @@ pub struct Canonical {
     pub qs: Vec<u8>, // [features * blocks * quant_bytes]
 }
 
+/// A matrix's block scales: f16, as GGUF stores them, where every value is one (a decode
+/// step streams all of them: for Q4_1 that is 20 bytes per 32 weights against 24 in f32),
+/// else f32 (the K-quants' products of two scales need more bits).
+#[derive(Debug, Clone)]
+pub enum ScaleVec {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+impl ScaleVec {
+    /// f16 when every value survives the round trip bit for bit.
+    pub fn narrowest(v: Vec<f32>) -> Self {
+        let exact = |x: f32| f16::from_f32(x).to_f32().to_bits() == x.to_bits();
+        if v.iter().all(|&x| exact(x)) {
+            Self::F16(v.iter().map(|&x| f16::from_f32(x).to_bits()).collect())
+        } else {
+            Self::F32(v)
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::F16(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, i: usize) -> f32 {
+        self.slice(i, 1).get(0)
+    }
+
+    fn slice(&self, at: usize, len: usize) -> Scales<'_> {
+        match self {
+            Self::F32(v) => Scales::F32(&v[at..at + len]),
+            Self::F16(v) => Scales::F16(&v[at..at + len]),
+        }
+    }
+}
+
+/// A group's scales as kernels read them.
+#[derive(Debug, Clone, Copy)]
+pub enum Scales<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+impl Scales<'_> {
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            Self::F32(v) => v[i],
+            Self::F16(v) => f16::from_bits(v[i]).to_f32(),
+        }
+    }
+}
+
 /// Weights of one format in the interleaved layout, padded to whole groups with zeros.
 #[derive(Debug, Clone)]
 pub struct Packed {
     pub format: QuantFormat,
     pub blocks: usize, // per feature
     pub qs: Vec<u8>,   // [groups][blocks][segments][GROUP][4]
-    pub d: Vec<f32>,   // [groups][blocks][scales][GROUP]
-    pub m: Vec<f32>,   // Q4_1 only: [groups][blocks][GROUP]
+    pub d: ScaleVec,   // [groups][blocks][scales][GROUP]
+    pub m: ScaleVec,   // Q4_1 only: [groups][blocks][GROUP]
 }
 
 /// One group's weights, as a kernel reads them.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupView<'a> {
     pub qs: &'a [u8],
-    pub d: &'a [f32],
-    pub m: &'a [f32],
+    pub d: Scales<'a>,
+    pub m: Scales<'a>,
 }
 
 impl Packed {
@@ -112,32 +174,34 @@ impl Packed {
         let groups = features.div_ceil(GROUP);
         let (qb, segs, ns) = (format.quant_bytes(), format.segments(), format.scales());
         let with_m = format == QuantFormat::Q4_1;
-        let mut out = Packed {
-            format,
-            blocks,
-            qs: vec![0; groups * blocks * GROUP * qb],
-            d: vec![0.0; groups * blocks * GROUP * ns],
-            m: vec![0.0; if with_m { groups * blocks * GROUP } else { 0 }],
-        };
+        let mut qs = vec![0; groups * blocks * GROUP * qb];
+        let mut d = vec![0.0; groups * blocks * GROUP * ns];
+        let mut m = vec![0.0; if with_m { groups * blocks * GROUP } else { 0 }];
         for f in 0..features {
             let (g, lane) = (f / GROUP, f % GROUP);
             for b in 0..blocks {
                 let src = f * blocks + b;
                 let dst = (g * blocks + b) * GROUP + lane;
                 for k in 0..ns {
-                    out.d[((g * blocks + b) * ns + k) * GROUP + lane] = c.d[src * ns + k];
+                    d[((g * blocks + b) * ns + k) * GROUP + lane] = c.d[src * ns + k];
                 }
                 if with_m {
-                    out.m[dst] = c.m[src];
+                    m[dst] = c.m[src];
                 }
                 let q = &c.qs[src * qb..][..qb];
                 for s in 0..segs {
                     let at = ((g * blocks + b) * segs + s) * GROUP * 4 + lane * 4;
-                    out.qs[at..at + 4].copy_from_slice(&q[4 * s..4 * s + 4]);
+                    qs[at..at + 4].copy_from_slice(&q[4 * s..4 * s + 4]);
                 }
             }
         }
-        out
+        Packed {
+            format,
+            blocks,
+            qs,
+            d: ScaleVec::narrowest(d),
+            m: ScaleVec::narrowest(m),
+        }
     }
 
     /// Back to feature order (for stacking matrices and for tests).
@@ -150,10 +214,10 @@ impl Packed {
             let (g, lane) = (f / GROUP, f % GROUP);
             for b in 0..blocks {
                 for k in 0..ns {
-                    c.d.push(self.d[((g * blocks + b) * ns + k) * GROUP + lane]);
+                    c.d.push(self.d.get(((g * blocks + b) * ns + k) * GROUP + lane));
                 }
                 if !self.m.is_empty() {
-                    c.m.push(self.m[(g * blocks + b) * GROUP + lane]);
+                    c.m.push(self.m.get((g * blocks + b) * GROUP + lane));
                 }
                 for s in 0..segs {
                     let at = ((g * blocks + b) * segs + s) * GROUP * 4 + lane * 4;
@@ -170,11 +234,11 @@ impl Packed {
         let (qn, dn) = (n * self.format.quant_bytes(), n * self.format.scales());
         GroupView {
             qs: &self.qs[g * qn..][..qn],
-            d: &self.d[g * dn..][..dn],
+            d: self.d.slice(g * dn, dn),
             m: if self.m.is_empty() {
-                &[]
+                self.m.slice(0, 0)
             } else {
-                &self.m[g * n..][..n]
+                self.m.slice(g * n, n)
             },
         }
     }
@@ -214,6 +278,19 @@ mod tests {
             let src = (17 * blocks + 2) * format.quant_bytes() + 4;
             assert_eq!(&g.qs[at..at + 4], &c_bytes(format, src));
         }
+    }
+
+    #[test]
+    fn scales_are_kept_in_f16_only_when_every_value_survives_it() {
+        let halves = vec![1.5, -0.25, 0.0, 65504.0, 2f32.powi(-24)];
+        let h = ScaleVec::narrowest(halves.clone());
+        assert!(matches!(h, ScaleVec::F16(_)));
+        assert_eq!((0..5).map(|i| h.get(i)).collect::<Vec<_>>(), halves);
+        // One value f16 cannot hold (a K-quant's d·sc) keeps the whole matrix in f32.
+        let mixed = vec![1.5, 1.0 + 2f32.powi(-20)];
+        let w = ScaleVec::narrowest(mixed.clone());
+        assert!(matches!(w, ScaleVec::F32(_)));
+        assert_eq!((0..2).map(|i| w.get(i)).collect::<Vec<_>>(), mixed);
     }
 
     fn c_bytes(format: QuantFormat, at: usize) -> [u8; 4] {

@@ -254,7 +254,9 @@ impl Isa {
     pub fn supported(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
             match self {
                 Isa::Portable => true,
                 Isa::Avx2 => avx2,
