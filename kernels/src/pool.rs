@@ -221,7 +221,7 @@ fn wait_for_job(s: &Shared, index: usize, seen: u64) -> u64 {
             return epoch;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 != 0 || start.elapsed() < SPIN {
+        if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
             std::hint::spin_loop();
             continue;
         }

@@ -98,6 +98,15 @@ impl KvCache {
     }
 }
 
+/// Round `xs` to f16 onto the end of `buf` (F16C where the CPU has it; the same rounding,
+/// to nearest even, either way).
+fn push_f16(buf: &mut Vec<f16>, xs: &[f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let start = buf.len();
+    buf.resize(start + xs.len(), f16::ZERO);
+    buf[start..].convert_from_f32_slice(xs);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,13 +140,4 @@ mod tests {
         assert_eq!((k[1].to_f32(), v[0].to_f32()), (2.0, 5.0));
         assert_eq!((k.len(), c.bytes()), (2, 2 * 4 * 2)); // 2 layers × (K + V) × 2 halves
     }
-}
-
-/// Round `xs` to f16 onto the end of `buf` (F16C where the CPU has it; the same rounding,
-/// to nearest even, either way).
-fn push_f16(buf: &mut Vec<f16>, xs: &[f32]) {
-    use half::slice::HalfFloatSliceExt;
-    let start = buf.len();
-    buf.resize(start + xs.len(), f16::ZERO);
-    buf[start..].convert_from_f32_slice(xs);
 }

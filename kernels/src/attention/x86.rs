@@ -149,6 +149,7 @@ unsafe fn in_registers<T: KvElem, const C: usize>(
 /// softmax and the weighted sum are the single-head kernels' operations in the same order.
 /// `scores`: [G][positions.len()] scratch; `out`: [G][64].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)] // register blocks indexed by head and chunk
 pub unsafe fn attend_group<T: KvElem, const G: usize>(
     q16: &[f32],
     kv: &KvHead<T>,
