@@ -21,6 +21,11 @@ impl AttnShape {
         self.n_heads / self.n_kv_heads
     }
 
+    /// Values per position of a layer's keys (all KV heads).
+    fn kv_width(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
     fn scale(&self) -> f32 {
         1.0 / (self.head_dim as f32).sqrt()
     }
@@ -80,15 +85,48 @@ pub fn causal_attention(
     values: &[f16],
     out: &mut [f32],
 ) {
+    let prefix = keys.len() / shape.kv_width() - q.len();
+    let seen = |r: usize| 0..prefix + r + 1;
+    let reads = |last: usize| prefix + last;
+    run_tasks(shape, q, (keys, values), out, &seen, &reads);
+}
+
+/// Attention for the rows of a verified tree, whose keys and values are the last `rows`
+/// entries of the cache: row i sees the `cache_len - rows` earlier positions and the pass's
+/// own rows `visible[i]` (itself, its ancestors, the pending token). Shapes as
+/// [`causal_attention`].
+pub fn tree_attention(
+    shape: AttnShape,
+    q: QueryRows<'_>,
+    keys: &[f16],
+    values: &[f16],
+    visible: &[Vec<usize>],
+    out: &mut [f32],
+) {
+    let cache_len = keys.len() / shape.kv_width();
+    let prefix = cache_len - q.len();
+    let seen = |r: usize| (0..prefix).chain(visible[r].iter().map(move |&v| prefix + v));
+    let reads = |_last: usize| cache_len;
+    run_tasks(shape, q, (keys, values), out, &seen, &reads);
+}
+
+/// One task per (KV head, chunk of rows): each widens its KV head once (unless the kernels
+/// share each f16 load among the group's heads: measured as fast, and no copy), then runs
+/// every query head of the group for each of its rows. Row r sees the positions `seen(r)`;
+/// a chunk ending before row `last` reads positions `0..reads(last)`.
+fn run_tasks<I: Iterator<Item = usize>>(
+    shape: AttnShape,
+    q: QueryRows<'_>,
+    (keys, values): (&[f16], &[f16]),
+    out: &mut [f32],
+    seen: &(dyn Fn(usize) -> I + Sync),
+    reads: &(dyn Fn(usize) -> usize + Sync),
+) {
     let (n_heads, head_dim, n_kv) = (shape.n_heads, shape.head_dim, shape.n_kv_heads);
     let q_width = n_heads * head_dim;
     let rows = q.len();
-    let prefix = keys.len() / (n_kv * head_dim) - rows;
     let (group, scale) = (shape.group(), shape.scale());
     let width = group * head_dim;
-    // One task per (KV head, chunk of rows): each widens its KV head once (unless the
-    // kernels share each f16 load among the group's heads: measured as fast, and no copy),
-    // then runs every query head of the group for each of its rows.
     let shared = AttnPath::detect().shares_loads(group, head_dim);
     let chunks = rows.div_ceil(ROWS_PER_TASK);
     let dst = SharedRows(out.as_mut_ptr(), out.len());
@@ -98,24 +136,23 @@ pub fn causal_attention(
         let last = (first + ROWS_PER_TASK).min(rows);
         let widened = (last - first) * group >= WIDEN_MIN_QUERIES && !shared;
         if widened {
-            shape.widen((keys, values), kh, prefix + last, wide);
+            shape.widen((keys, values), kh, reads(last), wide);
         }
         for r in first..last {
             let qg = q.group(r, kh, width);
             // SAFETY: jobs are distinct (KV head, row chunk) pairs, so each writes its own
             // disjoint [r * q_width + kh * width, +width) range of `out`.
             let o = unsafe { dst.slice(r * q_width + kh * width, width) };
-            let visible = 0..prefix + r + 1;
             if widened {
-                attend(qg, group, wide.view(), visible, scale, scratch, o);
+                attend(qg, group, wide.view(), seen(r), scale, scratch, o);
             } else {
                 let kv = shape.in_place((keys, values), kh);
-                attend(qg, group, kv, visible, scale, scratch, o);
+                attend(qg, group, kv, seen(r), scale, scratch, o);
             }
         }
     };
     let jobs = n_kv * chunks;
-    if rows * n_heads * (prefix + rows) < PARALLEL_MIN_SCORES {
+    if rows * n_heads * reads(rows) < PARALLEL_MIN_SCORES {
         SCRATCH.with_borrow_mut(|state| (0..jobs).for_each(|j| task(state, j)));
     } else {
         SpinPool::global().for_each(jobs, &|j| SCRATCH.with_borrow_mut(|state| task(state, j)));
@@ -127,10 +164,10 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<(WideHead, AttnScratch)> = Default::default();
 }
 
-/// `out` of [`causal_attention`], written by every task at its own (row, KV head) ranges.
+/// The output of an attention call, written by every task at its own (row, KV head) ranges.
 struct SharedRows(*mut f32, usize);
 
-// SAFETY: tasks only write disjoint ranges through it (see `causal_attention`).
+// SAFETY: tasks only write disjoint ranges through it (see `run_tasks`).
 unsafe impl Sync for SharedRows {}
 
 impl SharedRows {
@@ -141,46 +178,6 @@ impl SharedRows {
         assert!(at + len <= self.1, "attention output range");
         std::slice::from_raw_parts_mut(self.0.add(at), len)
     }
-}
-
-/// Attention for the rows of a verified tree, whose keys and values are the last `rows`
-/// entries of the cache: row i sees the `cache_len - rows` earlier positions and the pass's
-/// own rows `visible[i]` (itself, its ancestors, the pending token). Shapes as
-/// [`causal_attention`]. Runs on the calling thread (trees are a handful of rows).
-pub fn tree_attention(
-    shape: AttnShape,
-    q: QueryRows<'_>,
-    keys: &[f16],
-    values: &[f16],
-    visible: &[Vec<usize>],
-    out: &mut [f32],
-) {
-    let (n_heads, head_dim, n_kv) = (shape.n_heads, shape.head_dim, shape.n_kv_heads);
-    let q_width = n_heads * head_dim;
-    let cache_len = keys.len() / (n_kv * head_dim);
-    let rows = q.len();
-    let prefix = cache_len - rows;
-    let (group, scale) = (shape.group(), shape.scale());
-    let width = group * head_dim;
-    let shared = AttnPath::detect().shares_loads(group, head_dim);
-    SCRATCH.with_borrow_mut(|(wide, scratch)| {
-        for kh in 0..n_kv {
-            if !shared {
-                shape.widen((keys, values), kh, cache_len, wide);
-            }
-            for (r, seen) in visible.iter().enumerate().take(rows) {
-                let qg = q.group(r, kh, width);
-                let o = &mut out[r * q_width + kh * width..][..width];
-                let seen = (0..prefix).chain(seen.iter().map(|&v| prefix + v));
-                if shared {
-                    let kv = shape.in_place((keys, values), kh);
-                    attend(qg, group, kv, seen, scale, scratch, o);
-                } else {
-                    attend(qg, group, wide.view(), seen, scale, scratch, o);
-                }
-            }
-        }
-    });
 }
 
 /// Below this many query-key scores per call, attention runs on the calling thread. Low:
