@@ -46,29 +46,33 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
     let rows = xs.len() / dim;
     let blocks = dim / QK;
     (out.rows, out.blocks) = (rows, blocks);
-    out.d.clear();
-    out.s.clear();
-    out.sums16.clear();
-    out.qs.resize(rows * blocks * QK, 0);
-    let chunks = xs[..rows * dim].chunks_exact(QK);
-    for (block, qs) in chunks.zip(out.qs.chunks_exact_mut(QK)) {
+    let n = rows * blocks;
+    out.d.resize(n, 0.0);
+    out.s.resize(n, 0.0);
+    out.sums16.resize(2 * n, 0);
+    out.qs.resize(n * QK, 0);
+    let each = xs[..rows * dim]
+        .chunks_exact(QK)
+        .zip(out.qs.chunks_exact_mut(QK))
+        .zip(out.d.iter_mut().zip(&mut out.s))
+        .zip(out.sums16.chunks_exact_mut(2));
+    for (((block, qs), (d_out, s_out)), halves) in each {
         #[cfg(target_arch = "x86_64")]
-        let (amax, sum) = if simd {
+        let (amax, first, sum) = if simd {
             // SAFETY: `simd` is only true when the CPU has AVX2; both slices hold 32 values.
             unsafe { x86::quantize_block(block, qs) }
         } else {
             quantize_block(block, qs)
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let (amax, sum) = {
+        let (amax, first, sum) = {
             let _ = simd;
             quantize_block(block, qs)
         };
         let d = amax / 127.0;
-        out.d.push(f16::from_f32(d).to_f32());
-        out.s.push(f16::from_f32(d * sum as f32).to_f32());
-        let first: i32 = qs[..QK / 2].iter().map(|&q| q as i32).sum();
-        out.sums16.extend([first, sum - first]);
+        *d_out = f16::from_f32(d).to_f32();
+        *s_out = f16::from_f32(d * sum as f32).to_f32();
+        halves.copy_from_slice(&[first, sum - first]);
     }
 }
 
@@ -77,17 +81,20 @@ pub(crate) fn simd() -> bool {
     crate::Isa::detect() >= crate::Isa::Avx2
 }
 
-/// One block: the quantized values into `qs`; returns (amax, Σq).
-fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32) {
+/// One block: the quantized values into `qs`; returns (amax, Σq of the first 16, Σq).
+fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32, i32) {
     let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-    let mut sum = 0i32;
-    for (q, &v) in qs.iter_mut().zip(block) {
+    let (mut first, mut sum) = (0i32, 0i32);
+    for (i, (q, &v)) in qs.iter_mut().zip(block).enumerate() {
         let r = (v * id).round_ties_even() as i32;
         sum += r;
+        if i < QK / 2 {
+            first += r;
+        }
         *q = r as i8;
     }
-    (amax, sum)
+    (amax, first, sum)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -97,7 +104,7 @@ mod x86 {
     /// ggml's AVX2 `quantize_row_q8_1` for one block; the same bits as `quantize_block`
     /// (max is exact in any order; the product, rounding and sum are per element).
     #[target_feature(enable = "avx2")]
-    pub unsafe fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32) {
+    pub unsafe fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32, i32) {
         let sign = _mm256_set1_ps(-0.0);
         let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(block.as_ptr().add(8 * i)));
         let abs = |x| _mm256_andnot_ps(sign, x);
@@ -113,10 +120,14 @@ mod x86 {
             let r = _mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT);
             _mm256_cvtps_epi32(r)
         });
-        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+        let hsum = |s: __m256i| {
+            let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+            _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)))
+        };
+        // Integer sums: exact in any order. Values 0..16 are q[0] and q[1].
+        let first = hsum(_mm256_add_epi32(q[0], q[1]));
+        let sum = first + hsum(_mm256_add_epi32(q[2], q[3]));
         // Pack i32 → i16 → i8 (saturation cannot bite: |q| ≤ 127), then undo the lane
         // interleave of the 256-bit packs.
         let p16a = _mm256_packs_epi32(q[0], q[1]);
@@ -125,7 +136,7 @@ mod x86 {
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let p8 = _mm256_permutevar8x32_epi32(p8, order);
         _mm256_storeu_si256(qs.as_mut_ptr() as *mut __m256i, p8);
-        (amax, sum)
+        (amax, first, sum)
     }
 }
 
