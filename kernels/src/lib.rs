@@ -22,4 +22,10 @@ pub mod quantize;
 pub mod vexp;
 
 pub use qmatmul::{Isa, QuantFormat, QuantMatrix};
+
+/// Whether the AVX2/FMA/F16C helpers (quantization, exponentials) run: wherever the matmul
+/// runs AVX2 or better, so `SPECGATE_ISA=portable` turns them off too.
+pub(crate) fn avx2() -> bool {
+    Isa::detect() >= Isa::Avx2
+}
 pub use quantize::{quantize_rows, Q8Batch};

@@ -111,11 +111,6 @@ impl SpinPool {
         })
     }
 
-    /// Threads that work on a job (helpers and the caller).
-    pub fn threads(&self) -> usize {
-        self.helpers.len() + 1
-    }
-
     /// Run `f(i)` for every i in 0..tasks across the pool; returns when all have run. A
     /// panic in any task is re-raised here, after every thread has left the job.
     pub fn for_each(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {

@@ -172,7 +172,7 @@ impl QuantMatrix {
     /// [`QuantMatrix::matmul_into`] with a chosen instruction set.
     pub fn matmul_into_with(&self, xs: &[f32], acts: &mut Q8Batch, y: &mut [f32], isa: Isa) {
         let isa = if isa.supported() { isa } else { Isa::Portable };
-        quantize_rows_into(xs, self.in_dim, crate::quantize::simd(), acts);
+        quantize_rows_into(xs, self.in_dim, crate::avx2(), acts);
         let rows = acts.rows;
         assert_eq!(y.len(), rows * self.out_dim, "output shape");
         if rows == 0 {

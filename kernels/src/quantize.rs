@@ -30,7 +30,7 @@ impl Q8Batch {
 
 /// Quantize `xs`: [rows, dim] with `dim` a multiple of 32.
 pub fn quantize_rows(xs: &[f32], dim: usize) -> Q8Batch {
-    quantize_rows_with(xs, dim, simd())
+    quantize_rows_with(xs, dim, crate::avx2())
 }
 
 /// [`quantize_rows`] with the SIMD path chosen by the caller (tests compare both).
@@ -74,11 +74,6 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
         *s_out = f16::from_f32(d * sum as f32).to_f32();
         halves.copy_from_slice(&[first, sum - first]);
     }
-}
-
-/// Whether AVX2 quantization runs here: where the matmul runs AVX2 or better.
-pub(crate) fn simd() -> bool {
-    crate::Isa::detect() >= crate::Isa::Avx2
 }
 
 /// One block: the quantized values into `qs`; returns (amax, Σq of the first 16, Σq).

@@ -7,8 +7,6 @@
 //! two execute the same fused operations in the same order, so they give the same bits, and
 //! a value's result never depends on its neighbours (tails use the lane function too).
 
-use std::sync::OnceLock;
-
 const SHIFT: f32 = 12_582_912.0; // 0x1.8p23: adding it rounds to an integer
 const LOG2E: f32 = f32::from_bits(0x3fb8_aa3b); // 0x1.715476p+0
 const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0x1.62e4p-1
@@ -49,18 +47,11 @@ pub fn exp_lane(x: f32) -> f32 {
     }
 }
 
-/// Whether the AVX2/FMA path runs here (where the matmul runs AVX2 or better, so
-/// `SPECGATE_ISA=portable` turns it off too).
-pub(crate) fn simd() -> bool {
-    static SIMD: OnceLock<bool> = OnceLock::new();
-    *SIMD.get_or_init(|| crate::Isa::detect() >= crate::Isa::Avx2)
-}
-
 /// `s ← e^(s − max)` for every score; returns their sum, accumulated as ggml's softmax does:
 /// each group of eight summed in f32 (upper half onto lower, then pairs), groups and the
 /// tail added in f64.
 pub fn exp_sub_sum(scores: &mut [f32], max: f32) -> f64 {
-    exp_sub_sum_with(scores, max, simd())
+    exp_sub_sum_with(scores, max, crate::avx2())
 }
 
 /// [`exp_sub_sum`] with the SIMD path chosen by the caller (tests compare both).
@@ -91,7 +82,7 @@ pub fn exp_sub_sum_with(scores: &mut [f32], max: f32, simd: bool) -> f64 {
 
 /// SwiGLU: `out ← gate / (1 + e^(−gate)) · up` (all three the same length).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    swiglu_with(gate, up, out, simd());
+    swiglu_with(gate, up, out, crate::avx2());
 }
 
 /// [`swiglu`] with the SIMD path chosen by the caller.
@@ -235,7 +226,7 @@ mod tests {
 
     #[test]
     fn simd_equals_the_lane_function_bit_for_bit() {
-        if !simd() {
+        if !crate::avx2() {
             return; // nothing to compare on this CPU
         }
         let xs = probes();

@@ -25,12 +25,12 @@ impl Model {
     ) -> Result<BatchOutput, ModelError> {
         // The pass's ~155 parallel steps run on `SpinPool` (its helpers spin between steps).
         let mut work = std::mem::take(&mut self.work);
-        let out = self.forward_on_pool(items, opts, &mut work);
+        let out = self.run_layers(items, opts, &mut work);
         self.work = work;
         out
     }
 
-    fn forward_on_pool(
+    fn run_layers(
         &mut self,
         items: &[BatchItem<'_>],
         opts: ForwardOptions,

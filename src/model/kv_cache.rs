@@ -63,12 +63,6 @@ impl KvCache {
         }
     }
 
-    /// Append rows for one layer. `k`, `v`: [rows, width].
-    pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        push_f16(&mut self.keys[layer], k);
-        push_f16(&mut self.values[layer], v);
-    }
-
     /// Append rows for one layer from rows of `stride` values holding a key of `width`
     /// values at `k_at` and a value at `v_at` (the fused Q/K/V product).
     pub fn append_strided(
@@ -111,12 +105,23 @@ fn push_f16(buf: &mut Vec<f16>, xs: &[f32]) {
 mod tests {
     use super::*;
 
+    /// Append rows given as separate keys and values ([rows, width] each).
+    fn append(c: &mut KvCache, layer: usize, k: &[f32], v: &[f32]) {
+        let w = c.width;
+        let fused: Vec<f32> = k
+            .chunks(w)
+            .zip(v.chunks(w))
+            .flat_map(|(a, b)| [a, b].concat())
+            .collect();
+        c.append_strided(layer, &fused, 2 * w, 0, w);
+    }
+
     #[test]
     fn keep_moves_the_accepted_rows_into_place_and_drops_the_rest() {
         let mut c = KvCache::new(2, 1);
         for layer in 0..2 {
             let rows: Vec<f32> = (0..7).map(|x| x as f32).collect();
-            c.append(layer, &rows, &rows);
+            append(&mut c, layer, &rows, &rows);
         }
         // Base 2: keep offsets 0 (the pending token), 2 and 4.
         c.keep(2, &[0, 2, 4]);
@@ -132,8 +137,8 @@ mod tests {
     #[test]
     fn truncate_keeps_the_prefix() {
         let mut c = KvCache::new(2, 2);
-        c.append(0, &[1., 2., 3., 4.], &[5., 6., 7., 8.]);
-        c.append(1, &[1., 2., 3., 4.], &[5., 6., 7., 8.]);
+        append(&mut c, 0, &[1., 2., 3., 4.], &[5., 6., 7., 8.]);
+        append(&mut c, 1, &[1., 2., 3., 4.], &[5., 6., 7., 8.]);
         assert_eq!(c.len(), 2);
         c.truncate(1);
         let (k, v) = c.layer(1);
