@@ -104,9 +104,14 @@ pub struct ServeArgs {
 pub struct LoadgenArgs {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// A tenant's API key (also SPECGATE_API_KEY).
+    /// A tenant's API key (also SPECGATE_API_KEY); `--compare-fixed` with an admin token
+    /// needs none.
     #[arg(long, env = "SPECGATE_API_KEY", hide_env_values = true)]
-    key: String,
+    key: Option<String>,
+    /// With `--compare-fixed`: create a tenant per configuration, so no configuration's
+    /// suffix cache holds another's answers (also SPECGATE_ADMIN_TOKEN).
+    #[arg(long, env = "SPECGATE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// The model id (default: the first of /v1/models).
     #[arg(long)]
     model: Option<String>,
@@ -242,9 +247,20 @@ pub fn run_soak(args: SoakArgs) -> Result<()> {
 }
 
 pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
+    let tenancy = match (&args.admin_token, args.compare_fixed.is_empty()) {
+        (Some(t), false) => specgate::bench_policy::Tenancy::PerConfig {
+            admin_token: t.clone(),
+        },
+        _ => specgate::bench_policy::Tenancy::Shared,
+    };
+    let key = match (&args.key, &tenancy) {
+        (Some(k), _) => k.clone(),
+        (None, specgate::bench_policy::Tenancy::PerConfig { .. }) => String::new(),
+        (None, _) => anyhow::bail!("--key (or SPECGATE_API_KEY) is required"),
+    };
     let cfg = specgate::loadgen::LoadgenConfig {
         url: args.url.trim_end_matches('/').to_string(),
-        key: args.key,
+        key,
         model: args.model,
         concurrency: args.concurrency,
         requests: args.requests,
@@ -263,6 +279,7 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         let rows = specgate::bench_policy::compare(
             &cfg,
             &fixed,
+            &tenancy,
             args.warmup,
             args.rounds,
             &mut std::io::stderr(),

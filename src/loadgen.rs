@@ -96,9 +96,27 @@ pub(crate) fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
         .ok_or_else(|| LoadgenError::Protocol(format!("no model in {v}")))
 }
 
-/// Stream one chat request and time it.
+/// A new tenant through the admin API; its API key.
+pub(crate) fn create_tenant(
+    url: &str,
+    admin_token: &str,
+    name: &str,
+) -> Result<String, LoadgenError> {
+    let v: Value = ureq::post(&format!("{url}/admin/v1/tenants"))
+        .set("Authorization", &format!("Bearer {admin_token}"))
+        .send_json(json!({ "name": name }))
+        .map_err(|e| LoadgenError::Http(format!("creating tenant {name}: {e}")))?
+        .into_json()?;
+    v["api_key"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| LoadgenError::Protocol(format!("no api_key in {v}")))
+}
+
+/// Stream one chat request as the tenant of `key` and time it.
 pub(crate) fn one_request(
     cfg: &LoadgenConfig,
+    key: &str,
     model: &str,
     class: &str,
     prompt: &str,
@@ -120,7 +138,7 @@ pub(crate) fn one_request(
     }
     let start = Instant::now();
     let resp = ureq::post(&format!("{}/v1/chat/completions", cfg.url))
-        .set("Authorization", &format!("Bearer {}", cfg.key))
+        .set("Authorization", &format!("Bearer {key}"))
         .send_json(body)
         .map_err(http_err)?;
     let (mut first, mut last, mut tokens) = (None, start, 0usize);
@@ -200,7 +218,7 @@ fn run_level(
                 } else {
                     SpecMode::Off
                 };
-                match one_request(cfg, model, class, prompt, &mode) {
+                match one_request(cfg, &cfg.key, model, class, prompt, &mode) {
                     Ok(s) => samples.lock().unwrap_or_else(|p| p.into_inner()).push(s),
                     Err(e) => {
                         eprintln!("loadgen: request failed: {e}");

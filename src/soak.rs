@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::loadgen::{percentile, prompt_mix};
 use crate::soak_client::{bad_request, Client, Outcome};
@@ -165,16 +165,10 @@ fn metric(cfg: &SoakConfig, name: &str) -> Result<f64, SoakError> {
 }
 
 fn create_tenant(cfg: &SoakConfig, name: &str) -> Result<String, SoakError> {
-    let v: Value = ureq::post(&format!("{}/admin/v1/tenants", cfg.url))
-        .set("Authorization", &format!("Bearer {}", cfg.admin_token))
-        .send_json(json!({ "name": name }))
-        .map_err(|e| SoakError::Http(format!("creating tenant {name}: {e}")))?
-        .into_json()
-        .map_err(|e| SoakError::Protocol(e.to_string()))?;
-    v["api_key"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| SoakError::Protocol(format!("no api_key in {v}")))
+    crate::loadgen::create_tenant(&cfg.url, &cfg.admin_token, name).map_err(|e| match e {
+        crate::loadgen::LoadgenError::Http(m) => SoakError::Http(m),
+        other => SoakError::Protocol(other.to_string()),
+    })
 }
 
 /// One client thread's tally.
