@@ -139,12 +139,34 @@ pub fn lm_head_tensor(path: &Path) -> Result<(QTensor, ModelConfig), ModelError>
     Ok((t, config))
 }
 
-/// Only the LM head of a GGUF and the config: what Medusa heads need of the target, without
-/// loading its layers.
+/// The first `rows` rows of a GGUF matrix ([out, in] → [rows, in]): whole rows of blocks, so
+/// the bytes are a prefix.
+pub fn first_rows(t: &QTensor, rows: usize) -> Result<QTensor, ModelError> {
+    let (out_dim, in_dim) = t.shape().dims2()?;
+    let rows = rows.min(out_dim);
+    let dtype = t.dtype();
+    let row_bytes = in_dim / dtype.block_size() * dtype.type_size();
+    let bytes = t.data()?;
+    Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+        dtype,
+        &bytes[..rows * row_bytes],
+        vec![rows, in_dim],
+        &Device::Cpu,
+    )?)
+}
+
+/// Only the LM head of a GGUF, cut to its first `rows` token ids, and the config: what Medusa
+/// heads need of the target, without loading its layers.
 pub fn load_lm_head(
     path: &Path,
     backend: MatmulBackend,
+    rows: usize,
 ) -> Result<(Linear, ModelConfig), ModelError> {
     let (t, config) = lm_head_tensor(path)?;
+    let t = if rows < config.vocab_size {
+        first_rows(&t, rows)?
+    } else {
+        t
+    };
     Ok((Linear::new(t, backend)?, config))
 }
