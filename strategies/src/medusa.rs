@@ -278,7 +278,10 @@ mod tests {
         assert!(draft.tokens.iter().all(|&t| t < 3));
         let greedy = SamplingParams::greedy();
         let mut d = MedusaDrafter::new(heads, Arc::new(DraftVocab3), 3);
-        assert_eq!(d.propose(&ctx(Some(&h), &greedy), 2).unwrap().tokens, [2, 2]);
+        assert_eq!(
+            d.propose(&ctx(Some(&h), &greedy), 2).unwrap().tokens,
+            [2, 2]
+        );
     }
 
     #[test]
