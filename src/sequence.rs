@@ -292,9 +292,6 @@ impl SequenceState {
     }
 }
 
-/// Most nodes a candidate tree may have (its verify pass has one row more).
-pub const MAX_TREE_NODES: usize = 64;
-
 /// Ask the drafter for up to k tokens. An error, a panic or a malformed draft (a token
 /// outside the vocabulary, a q row of the wrong size) becomes an empty draft, so the round
 /// runs as plain decoding, and is counted.
@@ -316,10 +313,11 @@ fn propose_checked(
     };
     match catch_unwind(AssertUnwindSafe(|| drafter.propose(ctx, k))) {
         Ok(Ok(d)) if d.parents.is_some() => {
-            // A tree: greedy only (its verification follows the argmax), well formed, bounded.
+            // A tree: greedy only (its verification follows the argmax), well formed, at most
+            // k nodes (k counts drafted tokens, chain or tree: a pass verifies k + 1 rows).
             let ok = ctx.sampling.is_greedy()
                 && d.q.is_none()
-                && d.len() <= MAX_TREE_NODES
+                && d.len() <= k
                 && d.tokens.iter().all(|&t| (t as usize) < vocab)
                 && d.as_tree()
                     .is_some_and(|t| t.is_well_formed() && t.max_depth() <= k);

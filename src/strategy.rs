@@ -88,7 +88,8 @@ impl BuildDrafter for StrategyKind {
     }
 }
 
-/// Nodes of a Medusa candidate tree (its verify pass has one row more).
+/// Most nodes of a Medusa candidate tree; a round's k bounds it too (its verify pass has one
+/// row more).
 pub const MEDUSA_TREE_NODES: usize = 16;
 
 /// A Medusa drafter over loaded heads: `medusa-tree` drafts trees for greedy requests.

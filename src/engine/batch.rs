@@ -265,12 +265,8 @@ impl Engine {
     fn reservation(&self, sub: &Submission) -> usize {
         let cfg = self.lm.model.config();
         let per_token = cfg.n_layers * cfg.kv_width() * 2 * 2;
-        // A round's drafts: k in a chain, up to a whole candidate tree for medusa-tree.
-        let drafts = match sub.plan.strategy {
-            specgate_strategies::StrategyKind::MedusaTree => crate::sequence::MAX_TREE_NODES,
-            _ => sub.plan.k,
-        };
-        (sub.prompt.len() + sub.params.max_tokens + drafts + 1) * per_token
+        // A round appends at most k drafts, chain or tree, before rolling back.
+        (sub.prompt.len() + sub.params.max_tokens + sub.plan.k + 1) * per_token
     }
 
     /// This step's work: every decoding sequence's round first (latency), then prompt chunks

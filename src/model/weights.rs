@@ -147,9 +147,15 @@ pub fn first_rows(t: &QTensor, rows: usize) -> Result<QTensor, ModelError> {
     let dtype = t.dtype();
     let row_bytes = in_dim / dtype.block_size() * dtype.type_size();
     let bytes = t.data()?;
+    let prefix = bytes.get(..rows * row_bytes).ok_or_else(|| {
+        ModelError::Format(format!(
+            "a {out_dim}x{in_dim} {dtype:?} matrix holds only {} bytes",
+            bytes.len()
+        ))
+    })?;
     Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
         dtype,
-        &bytes[..rows * row_bytes],
+        prefix,
         vec![rows, in_dim],
         &Device::Cpu,
     )?)

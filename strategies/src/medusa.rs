@@ -87,7 +87,8 @@ pub struct MedusaDrafter {
     heads: Arc<MedusaHeads>,
     lm_head: Arc<dyn LmHead>,
     rng: StdRng,
-    /// Greedy requests get a candidate tree of this many nodes (0: a chain).
+    /// Greedy requests get a candidate tree of up to this many nodes, and at most k (0: a
+    /// chain).
     tree_budget: usize,
 }
 
@@ -104,7 +105,9 @@ impl MedusaDrafter {
         }
     }
 
-    /// Draft candidate trees of `budget` nodes for greedy requests (sampled ones keep chains).
+    /// Draft candidate trees of up to `budget` nodes for greedy requests (sampled ones keep
+    /// chains). A round's k bounds the nodes too: k counts drafted tokens, chain or tree, so a
+    /// verify pass is k + 1 rows whatever the draft's shape.
     pub fn with_tree(mut self, budget: usize) -> Self {
         self.tree_budget = budget;
         self
@@ -157,7 +160,8 @@ impl Drafter for MedusaDrafter {
                 .chunks_exact(vocab)
                 .map(|r| top_n(r, TREE_TOP_N))
                 .collect();
-            return Ok(Draft::tree(build_tree(&candidates, self.tree_budget)));
+            let budget = self.tree_budget.min(k);
+            return Ok(Draft::tree(build_tree(&candidates, budget)));
         }
         if ctx.sampling.is_greedy() {
             let tokens: Vec<TokenId> = logits.chunks_exact(vocab).map(argmax).collect();
@@ -303,7 +307,10 @@ mod tests {
             .propose(&ctx(Some(&h), &sp), 2)
             .unwrap();
         let mut d = MedusaDrafter::new(heads, Arc::new(Identity), 0).with_tree(5);
-        let draft = d.propose(&ctx(Some(&h), &sp), 2).unwrap();
+        // k counts nodes: k = 2 gets a 2-node tree; k = 8 gets the whole budget of 5.
+        let small = d.propose(&ctx(Some(&h), &sp), 2).unwrap();
+        assert_eq!(small.as_tree().expect("a tree").len(), 2);
+        let draft = d.propose(&ctx(Some(&h), &sp), 8).unwrap();
         let tree = draft.as_tree().expect("a tree");
         assert_eq!(tree.len(), 5);
         assert!(tree.is_well_formed() && tree.max_depth() <= 2);
