@@ -41,8 +41,11 @@ fn label(m: &SpecMode) -> String {
     }
 }
 
+/// (class, prompt) pairs in replay order.
+pub type Mix = Vec<(String, String)>;
+
 /// (warm-up, measured): the first half of each class's prompts, and the rest.
-pub fn split_mix(mix: Vec<(String, String)>) -> (Vec<(String, String)>, Vec<(String, String)>) {
+pub fn split_mix(mix: Mix) -> (Mix, Mix) {
     let mut per_class: BTreeMap<String, usize> = BTreeMap::new();
     for (class, _) in &mix {
         *per_class.entry(class.clone()).or_default() += 1;
@@ -174,7 +177,7 @@ mod tests {
 
     #[test]
     fn each_class_warms_up_on_its_first_half_and_is_measured_on_the_rest() {
-        let mix: Vec<(String, String)> = [("a", "a0"), ("b", "b0"), ("a", "a1"), ("b", "b1")]
+        let mix: Mix = [("a", "a0"), ("b", "b0"), ("a", "a1"), ("b", "b1")]
             .iter()
             .chain(&[("a", "a2"), ("a", "a3"), ("b", "b2")])
             .map(|(c, p)| (c.to_string(), p.to_string()))
