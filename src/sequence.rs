@@ -319,8 +319,8 @@ fn propose_checked(
                 && d.q.is_none()
                 && d.len() <= k
                 && d.tokens.iter().all(|&t| (t as usize) < vocab)
-                && d.as_tree()
-                    .is_some_and(|t| t.is_well_formed() && t.max_depth() <= k);
+                // Depth ≤ nodes ≤ k in a well-formed tree, so no separate depth bound.
+                && d.as_tree().is_some_and(|t| t.is_well_formed());
             if ok {
                 return d;
             }
