@@ -1,11 +1,13 @@
 //! Medusa heads on disk, and the target's LM head they draft through.
 //!
 //! A heads directory holds `heads.json` and `heads.safetensors`:
-//! - `heads.json`: `{"format": "specgate-medusa/1", "num_heads", "hidden_size", "vocab_size",
+//! - `heads.json`: `{"format": "specgate-medusa/2", "num_heads", "hidden_size", "vocab_size",
 //!   "lm_head": "target", "target": "<file name>", "target_sha256": "<hex>"}`;
-//! - `heads.safetensors`: `heads.{i}.weight` [hidden, hidden] and `heads.{i}.bias` [hidden]
-//!   (F32 or F16) for head i, computing h + SiLU(W·h + b) on the target's final normed
-//!   hidden state; the target's own LM head turns that into logits.
+//! - `heads.safetensors`: `heads.{i}.weight` [hidden, hidden], `heads.{i}.token_weight`
+//!   [hidden, hidden] and `heads.{i}.bias` [hidden] (F32 or F16) for head i, computing
+//!   h + SiLU(W·h + U·e + b) on the target's final normed hidden state h and the pending
+//!   token's LM-head row e (zero past `EMBED_VOCAB`); the target's own LM head turns that into
+//!   logits. Format 1 is the same without `token_weight` (U = 0) and still loads.
 //!
 //! Heads are refused for any target whose sha256 differs. An MTP module shaped as a residual
 //! block over the final hidden state converts by writing its weights under these names.
@@ -16,11 +18,14 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
-use specgate_strategies::{DraftError, LmHead, MedusaHeads};
+use specgate_strategies::{DraftError, LmHead, MedusaHeads, TokenId};
 
-use crate::model::{load_lm_head, Linear, MatmulBackend, ModelError};
+use crate::model::{first_rows, lm_head_rows, Linear, MatmulBackend, ModelError, QuantRows};
 
-pub const FORMAT: &str = "specgate-medusa/1";
+/// Heads that read the pending token's embedding (what `train-heads` writes).
+pub const FORMAT: &str = "specgate-medusa/2";
+/// Heads on h alone.
+pub const FORMAT_1: &str = "specgate-medusa/1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MedusaError {
@@ -56,17 +61,26 @@ pub struct HeadsConfig {
     pub target_sha256: String,
 }
 
-/// Token ids the heads draft from: the first 16384 of the target's (a third of SmolLM2's).
-/// BPE vocabularies number tokens in merge order, which follows frequency: these cover 94% of
-/// the default model's greedy output on the shipped prompt sets. The LM head a draft step
-/// reads shrinks from 30 MB to 10 MB; the target still verifies over its whole vocabulary,
-/// so drafting from fewer tokens costs acceptance, never exactness.
-pub const DRAFT_VOCAB: usize = 16384;
+/// Token ids the heads draft from: the first 8192 of the target's (a sixth of SmolLM2's).
+/// BPE vocabularies number tokens in merge order, which follows frequency: these cover 88% of
+/// the default model's greedy output on the shipped prompt sets (16384: 94%). A draft step is
+/// bound by reading this LM head (30 MB whole, 5 MB cut): `bench spec` medusa k=1 measured c
+/// 0.13 at 16384 and 0.07 here, with the same first-head acceptance (0.23–0.30). The target
+/// still verifies over its whole vocabulary, so drafting from fewer tokens costs acceptance,
+/// never exactness.
+pub const DRAFT_VOCAB: usize = 8192;
+
+/// Token ids whose LM-head row the token-conditioned heads read as the pending token's
+/// embedding (zero for later ids). Training and drafting must agree on it; it is wider than
+/// `DRAFT_VOCAB` because a row lookup costs one row, not a matrix.
+pub const EMBED_VOCAB: usize = 16384;
 
 /// The target's LM head over the draft vocabulary, run with specgate's kernels
-/// ([rows, hidden] → [rows, draft vocab]).
+/// ([rows, hidden] → [rows, draft vocab]); its quantized rows are kept to dequantize the
+/// pending token's embedding one row at a time.
 pub struct TargetLmHead {
     linear: Linear,
+    rows: QuantRows,
     target_vocab: usize,
 }
 
@@ -83,6 +97,10 @@ impl LmHead for TargetLmHead {
         self.linear
             .forward(rows)
             .map_err(|e| DraftError(e.to_string()))
+    }
+
+    fn token_row(&self, token: TokenId) -> Option<Vec<f32>> {
+        self.rows.row(token as usize).ok().flatten()
     }
 }
 
@@ -110,11 +128,11 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<HeadsConfig, MedusaError
     let path = dir.join("heads.json");
     let text = std::fs::read_to_string(&path).map_err(|e| config_error(&path, e))?;
     let cfg: HeadsConfig = serde_json::from_str(&text).map_err(|e| config_error(&path, e))?;
-    if cfg.format != FORMAT || cfg.lm_head != "target" {
+    if !(cfg.format == FORMAT || cfg.format == FORMAT_1) || cfg.lm_head != "target" {
         return Err(config_error(
             &path,
             format!(
-                "format {:?} / lm_head {:?}: expected {FORMAT:?} / \"target\"",
+                "format {:?} / lm_head {:?}: expected {FORMAT:?} or {FORMAT_1:?} / \"target\"",
                 cfg.format, cfg.lm_head
             ),
         ));
@@ -134,7 +152,9 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<HeadsConfig, MedusaError
 /// Load heads from `dir` for the GGUF at `target`.
 pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
     let cfg = read_config(dir, target)?;
-    let (linear, model_cfg) = load_lm_head(target, MatmulBackend::Kernels, DRAFT_VOCAB)?;
+    let (rows, model_cfg) = lm_head_rows(target, EMBED_VOCAB)?;
+    let linear = Linear::new(first_rows(&rows, DRAFT_VOCAB)?, MatmulBackend::Kernels)?;
+    let rows = QuantRows::new(&rows)?;
     if (model_cfg.hidden, model_cfg.vocab_size) != (cfg.hidden_size, cfg.vocab_size) {
         return Err(config_error(
             &dir.join("heads.json"),
@@ -150,6 +170,7 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
         heads: Arc::new(heads),
         lm_head: Arc::new(TargetLmHead {
             linear,
+            rows,
             target_vocab: model_cfg.vocab_size,
         }),
     })
@@ -181,21 +202,43 @@ fn read_tensors(path: &Path, cfg: &HeadsConfig) -> Result<MedusaHeads, MedusaErr
     for i in 0..cfg.num_heads {
         heads.w.push(get(&format!("heads.{i}.weight"), &[d, d])?);
         heads.b.push(get(&format!("heads.{i}.bias"), &[d])?);
+        if cfg.format == FORMAT {
+            heads
+                .u
+                .push(get(&format!("heads.{i}.token_weight"), &[d, d])?);
+        }
     }
     Ok(heads)
 }
 
 /// Write heads (stored as F16: half the size, and far below the heads' own error) and their
-/// config to `dir`.
+/// config to `dir`; `cfg.format` must say whether the heads read the pending token.
 pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), MedusaError> {
+    let want = if heads.token_conditioned() {
+        FORMAT
+    } else {
+        FORMAT_1
+    };
+    if cfg.format != want {
+        return Err(MedusaError::Tensors(format!(
+            "these heads are {want}, the config says {}",
+            cfg.format
+        )));
+    }
     std::fs::create_dir_all(dir).map_err(|e| MedusaError::Io(e.to_string()))?;
     let d = heads.hidden;
+    let f16 = |v: &[f32], shape: &[usize]| {
+        Tensor::from_slice(v, shape, &Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F16))
+            .map_err(tensors_error)
+    };
     let mut map = HashMap::new();
     for (i, (w, b)) in heads.w.iter().zip(&heads.b).enumerate() {
-        let w = Tensor::from_slice(w, (d, d), &Device::Cpu).and_then(|t| t.to_dtype(DType::F16));
-        let b = Tensor::from_slice(b, d, &Device::Cpu).and_then(|t| t.to_dtype(DType::F16));
-        map.insert(format!("heads.{i}.weight"), w.map_err(tensors_error)?);
-        map.insert(format!("heads.{i}.bias"), b.map_err(tensors_error)?);
+        map.insert(format!("heads.{i}.weight"), f16(w, &[d, d])?);
+        map.insert(format!("heads.{i}.bias"), f16(b, &[d])?);
+        if let Some(u) = heads.u.get(i) {
+            map.insert(format!("heads.{i}.token_weight"), f16(u, &[d, d])?);
+        }
     }
     candle_core::safetensors::save(&map, dir.join("heads.safetensors")).map_err(tensors_error)?;
     let json = serde_json::to_string_pretty(cfg).map_err(tensors_error)?;

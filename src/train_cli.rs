@@ -11,7 +11,7 @@ use clap::Args;
 use specgate::chat::ChatMessage;
 use specgate::loaded::LoadedModel;
 use specgate::medusa_heads::{self, HeadsConfig};
-use specgate::train_heads::{self, HeadsData, TrainReport, Trainer};
+use specgate::train_heads::{self, FrozenHead, HeadsData, TrainReport, Trainer};
 
 #[derive(Args)]
 pub struct TrainHeadsArgs {
@@ -73,6 +73,10 @@ fn save_data(path: &Path, train: &HeadsData, held: &HeadsData) -> Result<()> {
             Tensor::from_slice(&d.hidden, (n, d.dim), &Device::Cpu)?,
         );
         map.insert(
+            format!("{name}.pending"),
+            Tensor::from_slice(&d.pending, n, &Device::Cpu)?,
+        );
+        map.insert(
             format!("{name}.labels"),
             Tensor::from_slice(&d.labels, (n, d.heads), &Device::Cpu)?,
         );
@@ -86,7 +90,15 @@ fn load_data(path: &Path) -> Result<(HeadsData, HeadsData)> {
     let get = |name: &str| -> Result<HeadsData> {
         let h = t.get(&format!("{name}.hidden")).context("hidden")?;
         let l = t.get(&format!("{name}.labels")).context("labels")?;
+        let p = t.get(&format!("{name}.pending")).with_context(|| {
+            format!(
+                "{} holds no pending tokens (written by an older specgate): start over with \
+                 --fresh",
+                path.display()
+            )
+        })?;
         Ok(HeadsData {
+            pending: p.to_vec1()?,
             dim: h.dims()[1],
             heads: l.dims()[1],
             hidden: h.flatten_all()?.to_vec1()?,
@@ -127,7 +139,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         train.len(),
         held.len()
     )?;
-    let lm_head = train_heads::lm_head_f32(&model)?;
+    let frozen = FrozenHead::new(train_heads::lm_head_f32(&model)?, medusa_heads::EMBED_VOCAB)?;
     let mut trainer = if ckpt.exists() && !args.fresh {
         let tr = Trainer::load_checkpoint(&ckpt)?;
         writeln!(log, "resuming at step {}", tr.step)?;
@@ -145,7 +157,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
     let final_loss = train_heads::train(
         &mut trainer,
         &train,
-        &lm_head,
+        &frozen,
         schedule,
         args.steps,
         Some((&ckpt, 100)),
@@ -153,7 +165,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
     )?;
     trainer.save_checkpoint(&ckpt)?;
     let seconds_train = t.elapsed().as_secs_f64();
-    let heldout_accuracy = trainer.accuracy(&held, &lm_head)?;
+    let heldout_accuracy = trainer.accuracy(&held, &frozen)?;
     let cfg = lm.model.config();
     let heads_cfg = HeadsConfig {
         format: medusa_heads::FORMAT.into(),

@@ -120,3 +120,36 @@ fn medusa_drafts_are_accepted_and_greedy_output_is_unchanged() {
         "head 1 accepted in {first} of {rounds} rounds"
     );
 }
+
+#[test]
+fn token_conditioned_heads_read_the_rows_training_used_and_format_1_still_loads() {
+    let model = common::model_path();
+    let shipped = medusa_heads::load(&medusa_heads::default_dir(&model), &model).expect("heads");
+    assert_eq!(shipped.config.format, medusa_heads::FORMAT);
+    assert!(shipped.heads.token_conditioned());
+    // The drafter's pending-token rows are the rows training embedded: the dequantized LM
+    // head's, and none past the draft vocabulary (training used zeros there).
+    let lm = specgate::train_heads::lm_head_f32(&model).unwrap();
+    for t in [0u32, 17, 2000, (medusa_heads::EMBED_VOCAB - 1) as u32] {
+        let want = lm.get(t as usize).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(shipped.lm_head.token_row(t), Some(want), "token {t}");
+    }
+    assert_eq!(
+        shipped.lm_head.token_row(medusa_heads::EMBED_VOCAB as u32),
+        None
+    );
+    // Heads on h alone (format 1) round-trip and load.
+    let mut plain = (*shipped.heads).clone();
+    plain.u.clear();
+    let mut cfg = shipped.config.clone();
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        medusa_heads::save(dir.path(), &plain, &cfg).is_err(),
+        "format 2 claimed for heads without token weights"
+    );
+    cfg.format = medusa_heads::FORMAT_1.into();
+    medusa_heads::save(dir.path(), &plain, &cfg).unwrap();
+    let back = medusa_heads::load(dir.path(), &model).unwrap();
+    assert!(!back.heads.token_conditioned());
+    assert_eq!(back.heads.w, plain.w);
+}

@@ -163,16 +163,49 @@ pub fn first_rows(t: &QTensor, rows: usize) -> Result<QTensor, ModelError> {
 
 /// Only the LM head of a GGUF, cut to its first `rows` token ids, and the config: what Medusa
 /// heads need of the target, without loading its layers.
-pub fn load_lm_head(
-    path: &Path,
-    backend: MatmulBackend,
-    rows: usize,
-) -> Result<(Linear, ModelConfig), ModelError> {
+pub fn lm_head_rows(path: &Path, rows: usize) -> Result<(QTensor, ModelConfig), ModelError> {
     let (t, config) = lm_head_tensor(path)?;
-    let t = if rows < config.vocab_size {
-        first_rows(&t, rows)?
-    } else {
-        t
-    };
-    Ok((Linear::new(t, backend)?, config))
+    if rows < config.vocab_size {
+        return Ok((first_rows(&t, rows)?, config));
+    }
+    Ok((t, config))
+}
+
+/// A quantized matrix's bytes kept to dequantize single rows (an embedding lookup).
+pub struct QuantRows {
+    dtype: GgmlDType,
+    rows: usize,
+    in_dim: usize,
+    bytes: Vec<u8>,
+}
+
+impl QuantRows {
+    pub fn new(t: &QTensor) -> Result<Self, ModelError> {
+        let (rows, in_dim) = t.shape().dims2()?;
+        Ok(Self {
+            dtype: t.dtype(),
+            rows,
+            in_dim,
+            bytes: t.data()?.to_vec(),
+        })
+    }
+
+    /// Row `i`, dequantized; None past the last row.
+    pub fn row(&self, i: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        if i >= self.rows {
+            return Ok(None);
+        }
+        let row_bytes = self.in_dim / self.dtype.block_size() * self.dtype.type_size();
+        let row = self
+            .bytes
+            .get(i * row_bytes..(i + 1) * row_bytes)
+            .ok_or_else(|| ModelError::Format(format!("row {i} lies past the matrix's bytes")))?;
+        let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
+            self.dtype,
+            row,
+            vec![1, self.in_dim],
+            &Device::Cpu,
+        )?;
+        Ok(Some(q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?))
+    }
 }

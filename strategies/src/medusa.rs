@@ -1,8 +1,11 @@
 //! Medusa-1 heads: on the target's final (normed) hidden state h of the row that produced the
-//! pending token, head i computes h_i = h + SiLU(W_i·h + b_i) and the target's own LM head
-//! turns h_i into a distribution over the token i + 1 places past the pending one. Drafting
-//! reuses the hidden state of the target pass that just ran: no extra target pass. The heads
-//! do not see each other's tokens, so a chain of k heads is k independent guesses.
+//! pending token, head i computes h_i = h + SiLU(W_i·h + U_i·e + b_i) and the target's own LM
+//! head turns h_i into a distribution over the token i + 1 places past the pending one. e is
+//! the pending token's row of the LM head (Hydra-style conditioning): h only implies which
+//! token the target chose through an argmax the heads cannot compute, and that token is the
+//! best single clue to what follows it. Heads without U (format 1) ignore it. Drafting reuses
+//! the hidden state of the target pass that just ran: no extra target pass. The heads do not
+//! see each other's guesses, so a chain of k heads is k independent guesses.
 
 use std::sync::Arc;
 
@@ -19,6 +22,9 @@ pub struct MedusaHeads {
     pub hidden: usize,
     pub w: Vec<Vec<f32>>, // per head: [hidden (out), hidden (in)]
     pub b: Vec<Vec<f32>>, // per head: [hidden]
+    /// Per head: [hidden (out), hidden (in)] over the pending token's embedding; empty for
+    /// heads that see h only.
+    pub u: Vec<Vec<f32>>,
 }
 
 impl MedusaHeads {
@@ -33,16 +39,28 @@ impl MedusaHeads {
             hidden,
             w: vec![vec![0.0; hidden * hidden]; num_heads],
             b: vec![vec![0.0; hidden]; num_heads],
+            u: Vec::new(),
         }
     }
 
-    /// The first `n` heads' states for one hidden state h ([hidden]): [n, hidden].
-    pub fn states(&self, h: &[f32], n: usize) -> Vec<f32> {
+    /// Whether the heads read the pending token's embedding.
+    pub fn token_conditioned(&self) -> bool {
+        !self.u.is_empty()
+    }
+
+    /// The first `n` heads' states for one hidden state h ([hidden]) and the pending token's
+    /// embedding e (None: a zero vector, as in training for tokens past the draft
+    /// vocabulary): [n, hidden].
+    pub fn states(&self, h: &[f32], e: Option<&[f32]>, n: usize) -> Vec<f32> {
         let d = self.hidden;
         let mut out = Vec::with_capacity(n * d);
-        for (w, b) in self.w.iter().zip(&self.b).take(n) {
+        for (i, (w, b)) in self.w.iter().zip(&self.b).take(n).enumerate() {
+            let u = self.u.get(i).zip(e);
             for (o, row) in w.chunks_exact(d).enumerate() {
-                let z = dot(row, h) + b[o];
+                let mut z = dot(row, h) + b[o];
+                if let Some((u, e)) = u {
+                    z += dot(&u[o * d..(o + 1) * d], e);
+                }
                 out.push(h[o] + z / (1.0 + (-z).exp()));
             }
         }
@@ -79,6 +97,12 @@ pub trait LmHead: Send + Sync {
     /// The target's vocabulary: the length of a q row (zeros past `vocab()`).
     fn target_vocab(&self) -> usize {
         self.vocab()
+    }
+    /// Row `token` of the LM head ([hidden]): the embedding token-conditioned heads read.
+    /// None past `vocab()` (the heads were trained with a zero vector there) or when the head
+    /// cannot give rows.
+    fn token_row(&self, _token: TokenId) -> Option<Vec<f32>> {
+        None
     }
 }
 
@@ -149,7 +173,17 @@ impl Drafter for MedusaDrafter {
         if n == 0 {
             return Ok(Draft::empty());
         }
-        let states = self.heads.states(h, n);
+        let e = if self.heads.token_conditioned() {
+            ctx.tokens.last().and_then(|&t| self.lm_head.token_row(t))
+        } else {
+            None
+        };
+        if e.as_ref().is_some_and(|e| e.len() != h.len()) {
+            return Err(DraftError(
+                "the LM head returned a row of the wrong width".into(),
+            ));
+        }
+        let states = self.heads.states(h, e.as_deref(), n);
         let logits = self.lm_head.logits(&states)?; // [n, vocab]
         let vocab = self.lm_head.vocab();
         if logits.len() != n * vocab {
@@ -199,6 +233,10 @@ mod tests {
         fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError> {
             Ok(rows.to_vec())
         }
+        fn token_row(&self, token: TokenId) -> Option<Vec<f32>> {
+            let t = token as usize;
+            (t < 4).then(|| (0..4).map(|i| f32::from(u8::from(i == t))).collect())
+        }
     }
 
     fn ctx<'a>(h: Option<&'a [f32]>, sp: &'a SamplingParams) -> DraftContext<'a> {
@@ -214,7 +252,7 @@ mod tests {
     fn zero_heads_pass_the_hidden_state_through_and_a_bias_moves_the_guess() {
         let mut heads = MedusaHeads::zeros(2, 4);
         let h = [0.0, 3.0, 1.0, 0.0];
-        assert_eq!(heads.states(&h, 2), [h, h].concat());
+        assert_eq!(heads.states(&h, None, 2), [h, h].concat());
         // Head 1: a large bias on feature 3 (SiLU(8) ≈ 8) makes it guess token 3.
         heads.b[1][3] = 8.0;
         let sp = SamplingParams::greedy();
@@ -232,6 +270,31 @@ mod tests {
             d.propose(&ctx(Some(&h[..3]), &sp), 2).is_err(),
             "wrong width"
         );
+    }
+
+    #[test]
+    fn token_conditioned_heads_read_the_pending_tokens_row() {
+        // Head 0's U copies 8·e: the state gains SiLU(8) ≈ 8 on the pending token's feature.
+        let mut heads = MedusaHeads::zeros(1, 4);
+        let mut u = vec![0.0; 16];
+        for i in 0..4 {
+            u[i * 4 + i] = 8.0;
+        }
+        heads.u = vec![u];
+        let h = [0.0, 3.0, 1.0, 0.0];
+        let e = [0.0, 0.0, 1.0, 0.0];
+        let s = heads.states(&h, Some(&e), 1);
+        assert!((s[2] - (1.0 + 8.0 / (1.0 + (-8.0f32).exp()))).abs() < 1e-5);
+        assert_eq!(heads.states(&h, None, 1), h, "no row: a zero embedding");
+        let sp = SamplingParams::greedy();
+        let mut d = MedusaDrafter::new(Arc::new(heads), Arc::new(Identity), 0);
+        // ctx's last token is 2: the head now guesses 2 where h alone says 1.
+        assert_eq!(d.propose(&ctx(Some(&h), &sp), 1).unwrap().tokens, [2]);
+        let past_vocab = DraftContext {
+            tokens: &[1, 9],
+            ..ctx(Some(&h), &sp)
+        };
+        assert_eq!(d.propose(&past_vocab, 1).unwrap().tokens, [1]);
     }
 
     #[test]

@@ -1,0 +1,220 @@
+//! The Medusa heads under training (candle autograd, Adam with decoupled weight decay) and
+//! the frozen parts of the target they train through.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, Var};
+use specgate_strategies::MedusaHeads;
+
+use crate::train_heads::{HeadsData, TrainError};
+
+/// The frozen target parts training reads: the LM head [vocab, hidden], and the embedding
+/// table the token-conditioned heads read — the LM head's first `draft_vocab` rows, and a
+/// zero row for every later token, as the drafter sees it (`EMBED_VOCAB`).
+pub struct FrozenHead {
+    pub lm: Tensor,
+    emb: Tensor,
+    draft_vocab: usize,
+}
+
+impl FrozenHead {
+    pub fn new(lm: Tensor, draft_vocab: usize) -> Result<Self, TrainError> {
+        let (vocab, dim) = lm.dims2()?;
+        let draft_vocab = draft_vocab.min(vocab);
+        let zero = Tensor::zeros((1, dim), DType::F32, lm.device())?;
+        let emb = Tensor::cat(&[&lm.narrow(0, 0, draft_vocab)?, &zero], 0)?;
+        Ok(Self {
+            lm,
+            emb,
+            draft_vocab,
+        })
+    }
+
+    /// Embeddings of the pending tokens: [n, hidden].
+    pub fn embed(&self, pending: &[u32]) -> Result<Tensor, TrainError> {
+        let cut = self.draft_vocab as u32;
+        let ids: Vec<u32> = pending.iter().map(|&t| t.min(cut)).collect();
+        let ids = Tensor::from_vec(ids, pending.len(), self.emb.device())?;
+        Ok(self.emb.index_select(&ids, 0)?)
+    }
+}
+
+/// Heads being trained, with Adam's moments.
+pub struct Trainer {
+    pub w: Var, // [heads, hidden, hidden]
+    pub u: Var, // [heads, hidden, hidden]: the pending token's embedding
+    pub b: Var, // [heads, hidden]
+    moments: [Tensor; 6],
+    pub step: usize,
+}
+
+const BETAS: (f64, f64) = (0.9, 0.999);
+
+impl Trainer {
+    /// Zero heads (each starts as the identity residual).
+    pub fn new(heads: usize, dim: usize) -> Result<Self, TrainError> {
+        let dev = Device::Cpu;
+        let w = Var::zeros((heads, dim, dim), DType::F32, &dev)?;
+        let u = Var::zeros((heads, dim, dim), DType::F32, &dev)?;
+        let b = Var::zeros((heads, dim), DType::F32, &dev)?;
+        let moments = [
+            w.zeros_like()?,
+            w.zeros_like()?,
+            u.zeros_like()?,
+            u.zeros_like()?,
+            b.zeros_like()?,
+            b.zeros_like()?,
+        ];
+        Ok(Self {
+            w,
+            u,
+            b,
+            moments,
+            step: 0,
+        })
+    }
+
+    /// Logits of every head for hidden states x [n, hidden] and pending-token embeddings
+    /// e [n, hidden]: [heads] × [n, vocab].
+    pub fn logits(&self, x: &Tensor, e: &Tensor, lm: &Tensor) -> Result<Vec<Tensor>, TrainError> {
+        let heads = self.w.dims()[0];
+        let mut out = Vec::with_capacity(heads);
+        for i in 0..heads {
+            let z = x.matmul(&self.w.get(i)?.t()?)?;
+            let z = (z + e.matmul(&self.u.get(i)?.t()?)?)?;
+            let z = z.broadcast_add(&self.b.get(i)?)?;
+            let s = (x + z.silu()?)?;
+            out.push(s.matmul(&lm.t()?)?);
+        }
+        Ok(out)
+    }
+
+    /// One optimisation step on a batch; returns the mean loss over heads.
+    pub fn step(
+        &mut self,
+        batch: (&Tensor, &Tensor, &Tensor),
+        frozen: &FrozenHead,
+        lr: f64,
+        weight_decay: f64,
+    ) -> Result<f32, TrainError> {
+        let (x, e, y) = batch;
+        let logits = self.logits(x, e, &frozen.lm)?;
+        let mut loss = Tensor::zeros((), DType::F32, x.device())?;
+        for (i, l) in logits.iter().enumerate() {
+            let target = y.narrow(1, i, 1)?.squeeze(1)?.contiguous()?;
+            loss = (loss + candle_nn::loss::cross_entropy(l, &target)?)?;
+        }
+        let loss = (loss / logits.len() as f64)?;
+        let grads = loss.backward()?;
+        self.step += 1;
+        let t = self.step as i32;
+        let (b1, b2) = BETAS;
+        for (var, m) in [(&self.w, 0usize), (&self.u, 2), (&self.b, 4)] {
+            let Some(g) = grads.get(var) else {
+                continue;
+            };
+            let mt = ((&self.moments[m] * b1)? + (g * (1.0 - b1))?)?;
+            let vt = ((&self.moments[m + 1] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+            let m_hat = (&mt / (1.0 - b1.powi(t)))?;
+            let v_hat = (&vt / (1.0 - b2.powi(t)))?;
+            let update = (m_hat / (v_hat.sqrt()? + 1e-8)?)?;
+            let decayed = (var.as_tensor() * (1.0 - lr * weight_decay))?;
+            var.set(&(decayed - (update * lr)?)?)?;
+            self.moments[m] = mt;
+            self.moments[m + 1] = vt;
+        }
+        Ok(loss.to_scalar::<f32>()?)
+    }
+
+    /// Top-1 and top-5 accuracy per head on `data`.
+    pub fn accuracy(
+        &self,
+        data: &HeadsData,
+        frozen: &FrozenHead,
+    ) -> Result<Vec<(f64, f64)>, TrainError> {
+        let heads = data.heads;
+        let mut hits = vec![(0usize, 0usize); heads];
+        let idx: Vec<usize> = (0..data.len()).collect();
+        for chunk in idx.chunks(128) {
+            let (x, e, _) = data.rows(chunk, frozen)?;
+            for (i, l) in self.logits(&x, &e, &frozen.lm)?.iter().enumerate() {
+                for (r, row) in l.to_vec2::<f32>()?.iter().enumerate() {
+                    let label = data.labels[chunk[r] * heads + i] as usize;
+                    let above = row.iter().filter(|&&v| v > row[label]).count();
+                    hits[i].0 += usize::from(above == 0);
+                    hits[i].1 += usize::from(above < 5);
+                }
+            }
+        }
+        let n = data.len().max(1) as f64;
+        Ok(hits
+            .into_iter()
+            .map(|(a, b)| (a as f64 / n, b as f64 / n))
+            .collect())
+    }
+
+    pub fn heads(&self) -> Result<MedusaHeads, TrainError> {
+        let (heads, dim) = (self.w.dims()[0], self.w.dims()[1]);
+        let mut out = MedusaHeads::zeros(0, dim);
+        for i in 0..heads {
+            out.w.push(self.w.get(i)?.flatten_all()?.to_vec1::<f32>()?);
+            out.u.push(self.u.get(i)?.flatten_all()?.to_vec1::<f32>()?);
+            out.b.push(self.b.get(i)?.to_vec1::<f32>()?);
+        }
+        Ok(out)
+    }
+
+    /// Everything needed to resume: weights, Adam moments, step.
+    pub fn save_checkpoint(&self, path: &Path) -> Result<(), TrainError> {
+        let mut map: HashMap<String, Tensor> = HashMap::new();
+        map.insert("w".into(), self.w.as_tensor().clone());
+        map.insert("u".into(), self.u.as_tensor().clone());
+        map.insert("b".into(), self.b.as_tensor().clone());
+        for (i, m) in self.moments.iter().enumerate() {
+            map.insert(format!("moment{i}"), m.clone());
+        }
+        map.insert(
+            "step".into(),
+            Tensor::new(&[self.step as u32], &Device::Cpu)?,
+        );
+        candle_core::safetensors::save(&map, path)?;
+        Ok(())
+    }
+
+    pub fn load_checkpoint(path: &Path) -> Result<Self, TrainError> {
+        let mut t = candle_core::safetensors::load(path, &Device::Cpu)?;
+        let mut take = |name: &str| {
+            t.remove(name).ok_or_else(|| {
+                TrainError::Data(format!(
+                    "checkpoint {} lacks {name} (written by an older specgate? start over \
+                     with --fresh)",
+                    path.display()
+                ))
+            })
+        };
+        let w = Var::from_tensor(&take("w")?)?;
+        let u = Var::from_tensor(&take("u")?)?;
+        let b = Var::from_tensor(&take("b")?)?;
+        let mut moments = Vec::with_capacity(6);
+        for i in 0..6 {
+            moments.push(take(&format!("moment{i}"))?);
+        }
+        let moments: [Tensor; 6] = moments
+            .try_into()
+            .map_err(|_| TrainError::Data("checkpoint moments".into()))?;
+        let step = take("step")?.to_vec1::<u32>()?;
+        let step = step
+            .first()
+            .copied()
+            .ok_or_else(|| TrainError::Data("checkpoint step is empty".into()))?
+            as usize;
+        Ok(Self {
+            w,
+            u,
+            b,
+            moments,
+            step,
+        })
+    }
+}
