@@ -9,35 +9,62 @@ use specgate_strategies::MedusaHeads;
 
 use crate::train_heads::{HeadsData, TrainError};
 
-/// The frozen target parts training reads: the LM head [vocab, hidden], and the embedding
-/// table the token-conditioned heads read — the LM head's first `draft_vocab` rows, and a
-/// zero row for every later token, as the drafter sees it (`EMBED_VOCAB`).
+/// The frozen target parts training reads: the LM head's first `draft_vocab` rows
+/// [draft vocab, hidden] — the tokens the drafter can propose (`DRAFT_VOCAB`), so training
+/// spends nothing on logits drafting never computes — and the embedding table the
+/// token-conditioned heads read: the LM head's first `embed_vocab` rows and a zero row for
+/// every later token, as the drafter sees it (`EMBED_VOCAB`).
 pub struct FrozenHead {
     pub lm: Tensor,
     emb: Tensor,
-    draft_vocab: usize,
+    embed_vocab: usize,
 }
 
 impl FrozenHead {
-    pub fn new(lm: Tensor, draft_vocab: usize) -> Result<Self, TrainError> {
+    pub fn new(lm: Tensor, embed_vocab: usize, draft_vocab: usize) -> Result<Self, TrainError> {
         let (vocab, dim) = lm.dims2()?;
-        let draft_vocab = draft_vocab.min(vocab);
+        let embed_vocab = embed_vocab.min(vocab);
         let zero = Tensor::zeros((1, dim), DType::F32, lm.device())?;
-        let emb = Tensor::cat(&[&lm.narrow(0, 0, draft_vocab)?, &zero], 0)?;
+        let emb = Tensor::cat(&[&lm.narrow(0, 0, embed_vocab)?, &zero], 0)?;
         Ok(Self {
-            lm,
+            lm: lm.narrow(0, 0, draft_vocab.min(vocab))?.contiguous()?,
             emb,
-            draft_vocab,
+            embed_vocab,
         })
+    }
+
+    /// Token ids the heads can draft: labels from here on are not learnable.
+    pub fn draft_vocab(&self) -> usize {
+        self.lm.dims()[0]
     }
 
     /// Embeddings of the pending tokens: [n, hidden].
     pub fn embed(&self, pending: &[u32]) -> Result<Tensor, TrainError> {
-        let cut = self.draft_vocab as u32;
+        let cut = self.embed_vocab as u32;
         let ids: Vec<u32> = pending.iter().map(|&t| t.min(cut)).collect();
         let ids = Tensor::from_vec(ids, pending.len(), self.emb.device())?;
         Ok(self.emb.index_select(&ids, 0)?)
     }
+}
+
+/// Mean cross-entropy of `logits` [n, vocab] against `labels` [n] over the rows whose label
+/// lies inside the vocabulary (a label the drafter cannot propose teaches nothing); zero
+/// when no row counts.
+pub fn masked_cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<Tensor, TrainError> {
+    let (n, vocab) = logits.dims2()?;
+    let dev = logits.device();
+    let inside: Vec<f32> = labels
+        .iter()
+        .map(|&y| f32::from(u8::from((y as usize) < vocab)))
+        .collect();
+    let clamped: Vec<u32> = labels.iter().map(|&y| y.min(vocab as u32 - 1)).collect();
+    let count = inside.iter().sum::<f32>().max(1.0);
+    let mask = Tensor::from_vec(inside, n, dev)?;
+    let idx = Tensor::from_vec(clamped, (n, 1), dev)?;
+    let log_p = candle_nn::ops::log_softmax(logits, 1)?
+        .gather(&idx, 1)?
+        .squeeze(1)?;
+    Ok(((log_p * mask)?.sum_all()? * (-1.0 / f64::from(count)))?)
 }
 
 /// Heads being trained, with Adam's moments.
@@ -100,10 +127,11 @@ impl Trainer {
     ) -> Result<f32, TrainError> {
         let (x, e, y) = batch;
         let logits = self.logits(x, e, &frozen.lm)?;
+        let labels = y.to_vec2::<u32>()?;
         let mut loss = Tensor::zeros((), DType::F32, x.device())?;
         for (i, l) in logits.iter().enumerate() {
-            let target = y.narrow(1, i, 1)?.squeeze(1)?.contiguous()?;
-            loss = (loss + candle_nn::loss::cross_entropy(l, &target)?)?;
+            let target: Vec<u32> = labels.iter().map(|row| row[i]).collect();
+            loss = (loss + masked_cross_entropy(l, &target)?)?;
         }
         let loss = (loss / logits.len() as f64)?;
         let grads = loss.backward()?;
@@ -127,7 +155,8 @@ impl Trainer {
         Ok(loss.to_scalar::<f32>()?)
     }
 
-    /// Top-1 and top-5 accuracy per head on `data`.
+    /// Top-1 and top-5 accuracy per head on `data`, as the drafter sees it: ranked among the
+    /// draft vocabulary, a label outside it a miss.
     pub fn accuracy(
         &self,
         data: &HeadsData,
@@ -141,6 +170,9 @@ impl Trainer {
             for (i, l) in self.logits(&x, &e, &frozen.lm)?.iter().enumerate() {
                 for (r, row) in l.to_vec2::<f32>()?.iter().enumerate() {
                     let label = data.labels[chunk[r] * heads + i] as usize;
+                    if label >= row.len() {
+                        continue;
+                    }
                     let above = row.iter().filter(|&&v| v > row[label]).count();
                     hits[i].0 += usize::from(above == 0);
                     hits[i].1 += usize::from(above < 5);

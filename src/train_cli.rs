@@ -30,14 +30,17 @@ pub struct TrainHeadsArgs {
     heads: usize,
     #[arg(long, default_value_t = 160)]
     max_new_tokens: usize,
-    #[arg(long, default_value_t = 1600)]
+    #[arg(long, default_value_t = 5000)]
     steps: usize,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 128)]
     batch: usize,
     #[arg(long, default_value_t = 2e-3)]
     lr: f64,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Report held-out accuracy every n steps.
+    #[arg(long, default_value_t = 1000)]
+    eval_every: usize,
     /// Every n-th sequence is held out for the accuracy report.
     #[arg(long, default_value_t = 8)]
     holdout_every: usize,
@@ -139,7 +142,11 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         train.len(),
         held.len()
     )?;
-    let frozen = FrozenHead::new(train_heads::lm_head_f32(&model)?, medusa_heads::EMBED_VOCAB)?;
+    let frozen = FrozenHead::new(
+        train_heads::lm_head_f32(&model)?,
+        medusa_heads::EMBED_VOCAB,
+        medusa_heads::DRAFT_VOCAB,
+    )?;
     let mut trainer = if ckpt.exists() && !args.fresh {
         let tr = Trainer::load_checkpoint(&ckpt)?;
         writeln!(log, "resuming at step {}", tr.step)?;
@@ -154,15 +161,34 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         lr: args.lr,
         seed: args.seed,
     };
-    let final_loss = train_heads::train(
-        &mut trainer,
-        &train,
-        &frozen,
-        schedule,
-        args.steps,
-        Some((&ckpt, 100)),
-        log,
-    )?;
+    // In segments, so the log shows held-out accuracy as training goes (when to stop).
+    let mut final_loss = f32::NAN;
+    while trainer.step < args.steps {
+        let until = (trainer.step / args.eval_every.max(1) + 1) * args.eval_every.max(1);
+        final_loss = train_heads::train(
+            &mut trainer,
+            &train,
+            &frozen,
+            schedule,
+            until,
+            Some((&ckpt, 100)),
+            log,
+        )?;
+        if trainer.step >= args.steps {
+            break; // the report below measures the last step
+        }
+        let top1: Vec<String> = trainer
+            .accuracy(&held, &frozen)?
+            .iter()
+            .map(|(a, _)| format!("{a:.3}"))
+            .collect();
+        writeln!(
+            log,
+            "step {}: held-out top-1 {}",
+            trainer.step,
+            top1.join(" ")
+        )?;
+    }
     trainer.save_checkpoint(&ckpt)?;
     let seconds_train = t.elapsed().as_secs_f64();
     let heldout_accuracy = trainer.accuracy(&held, &frozen)?;

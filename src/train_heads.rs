@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use specgate_strategies::{argmax, TokenId};
 
-pub use crate::heads_trainer::{FrozenHead, Trainer};
+pub use crate::heads_trainer::{masked_cross_entropy, FrozenHead, Trainer};
 
 use crate::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
@@ -283,7 +283,7 @@ mod tests {
             data.pending.push(pending);
         }
         let lm = Tensor::from_vec(lm, (v, d), &Device::Cpu).unwrap();
-        (data, FrozenHead::new(lm, 12).unwrap())
+        (data, FrozenHead::new(lm, 12, v).unwrap())
     }
 
     #[test]
@@ -341,6 +341,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn labels_the_drafter_cannot_propose_teach_nothing_and_count_as_misses() {
+        let logits = Tensor::new(
+            &[[0.5f32, 2.0, -1.0, 0.0], [3.0, 0.0, 0.0, 1.0]],
+            &Device::Cpu,
+        )
+        .unwrap();
+        let masked = masked_cross_entropy(&logits, &[1, 7]).unwrap();
+        let first = logits.narrow(0, 0, 1).unwrap();
+        let want =
+            candle_nn::loss::cross_entropy(&first, &Tensor::new(&[1u32], &Device::Cpu).unwrap())
+                .unwrap();
+        let (m, w) = (
+            masked.to_scalar::<f32>().unwrap(),
+            want.to_scalar::<f32>().unwrap(),
+        );
+        assert!((m - w).abs() < 1e-6, "masked {m} vs first row alone {w}");
+        let none = masked_cross_entropy(&logits, &[4, 9]).unwrap();
+        assert_eq!(none.to_scalar::<f32>().unwrap(), 0.0);
+        // Draft vocabulary 8 of 16: every label from 8 on is a miss, whatever the logits.
+        let (mut data, full) = synthetic(64, 1, false);
+        data.labels.iter_mut().for_each(|y| *y = 8 + *y % 8);
+        let cut = FrozenHead::new(full.lm.clone(), 12, 8).unwrap();
+        let t = Trainer::new(1, 8).unwrap();
+        assert_eq!(cut.draft_vocab(), 8);
+        assert_eq!(t.accuracy(&data, &cut).unwrap(), vec![(0.0, 0.0)]);
+        assert!(t.accuracy(&data, &full).unwrap()[0].1 > 0.0);
     }
 
     #[test]

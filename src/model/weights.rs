@@ -139,20 +139,26 @@ pub fn lm_head_tensor(path: &Path) -> Result<(QTensor, ModelConfig), ModelError>
     Ok((t, config))
 }
 
+/// Bytes of one row of `in_dim` weights (whole blocks) of a quantized matrix.
+fn row_bytes(dtype: GgmlDType, in_dim: usize) -> usize {
+    in_dim / dtype.block_size() * dtype.type_size()
+}
+
 /// The first `rows` rows of a GGUF matrix ([out, in] → [rows, in]): whole rows of blocks, so
 /// the bytes are a prefix.
 pub fn first_rows(t: &QTensor, rows: usize) -> Result<QTensor, ModelError> {
     let (out_dim, in_dim) = t.shape().dims2()?;
     let rows = rows.min(out_dim);
     let dtype = t.dtype();
-    let row_bytes = in_dim / dtype.block_size() * dtype.type_size();
     let bytes = t.data()?;
-    let prefix = bytes.get(..rows * row_bytes).ok_or_else(|| {
-        ModelError::Format(format!(
-            "a {out_dim}x{in_dim} {dtype:?} matrix holds only {} bytes",
-            bytes.len()
-        ))
-    })?;
+    let prefix = bytes
+        .get(..rows * row_bytes(dtype, in_dim))
+        .ok_or_else(|| {
+            ModelError::Format(format!(
+                "a {out_dim}x{in_dim} {dtype:?} matrix holds only {} bytes",
+                bytes.len()
+            ))
+        })?;
     Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
         dtype,
         prefix,
@@ -195,10 +201,10 @@ impl QuantRows {
         if i >= self.rows {
             return Ok(None);
         }
-        let row_bytes = self.in_dim / self.dtype.block_size() * self.dtype.type_size();
+        let len = row_bytes(self.dtype, self.in_dim);
         let row = self
             .bytes
-            .get(i * row_bytes..(i + 1) * row_bytes)
+            .get(i * len..(i + 1) * len)
             .ok_or_else(|| ModelError::Format(format!("row {i} lies past the matrix's bytes")))?;
         let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
             self.dtype,
