@@ -119,7 +119,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
     // report acceptance no real traffic sees.
     let mut drafters: Vec<(StrategyKind, Vec<crate::strategy::BoxedDrafter>)> = Vec::new();
     for &kind in &cfg.strategies {
-        let copies = if kind == StrategyKind::Suffix {
+        let copies = if kind.uses_suffix_cache() {
             cfg.ks.len()
         } else {
             1

@@ -131,7 +131,8 @@ struct GenerateArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
-    /// Draft strategy: plain, ngram, suffix, draft or early-exit.
+    /// Draft strategy: plain, ngram, suffix, draft, early-exit, medusa, medusa-tree or
+    /// suffix-medusa.
     #[arg(long, default_value = "plain")]
     strategy: StrategyKind,
     /// Most drafted tokens per target pass (ignored by plain).
@@ -306,7 +307,11 @@ fn run() -> Result<()> {
                 }
                 let heads = specgate::medusa_heads::default_dir(&model);
                 if heads.join("heads.json").exists() {
-                    strategies.extend([StrategyKind::Medusa, StrategyKind::MedusaTree]);
+                    strategies.extend([
+                        StrategyKind::Medusa,
+                        StrategyKind::MedusaTree,
+                        StrategyKind::SuffixMedusa,
+                    ]);
                 }
             }
             let cfg = specgate::bench_spec::SpecBenchConfig {

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 pub use specgate_strategies::StrategyKind;
 use specgate_strategies::{
-    Drafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedSuffixCache, SuffixDrafter,
-    UnknownStrategy,
+    Drafter, FallbackDrafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedSuffixCache,
+    SuffixDrafter, UnknownStrategy,
 };
 
 use crate::model_drafter::{DraftModelError, ModelDrafter};
@@ -59,11 +59,7 @@ impl BuildDrafter for StrategyKind {
         Ok(match self {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => Box::new(SuffixDrafter::new(
-                SUFFIX_MAX_DEPTH,
-                SUFFIX_MIN_SCORE,
-                cfg.suffix_cache.clone(),
-            )),
+            StrategyKind::Suffix => Box::new(suffix_drafter(cfg.suffix_cache.clone())),
             StrategyKind::Draft => {
                 let path = cfg
                     .draft_model
@@ -76,13 +72,13 @@ impl BuildDrafter for StrategyKind {
                 cfg.exit_layer,
                 cfg.seed,
             )?),
-            StrategyKind::Medusa | StrategyKind::MedusaTree => {
+            StrategyKind::Medusa | StrategyKind::MedusaTree | StrategyKind::SuffixMedusa => {
                 let dir = cfg
                     .medusa_heads
                     .clone()
                     .unwrap_or_else(|| crate::medusa_heads::default_dir(&cfg.target_path));
                 let b = crate::medusa_heads::load(&dir, &cfg.target_path)?;
-                Box::new(medusa_drafter(self, &b, cfg.seed))
+                medusa_drafter(self, &b, cfg.seed, cfg.suffix_cache.clone())
             }
         })
     }
@@ -92,15 +88,32 @@ impl BuildDrafter for StrategyKind {
 /// row more).
 pub const MEDUSA_TREE_NODES: usize = 16;
 
-/// A Medusa drafter over loaded heads: `medusa-tree` drafts trees for greedy requests.
+/// How many tokens `suffix-medusa` drafts with the heads when the lookup has nothing: one,
+/// because only the first head is accepted often enough to pay for its verify row.
+pub const SUFFIX_MEDUSA_HEAD_TOKENS: usize = 1;
+
+/// A suffix drafter over `cache` (earlier requests' text of one scope), or the sequence alone.
+pub fn suffix_drafter(cache: Option<SharedSuffixCache>) -> SuffixDrafter {
+    SuffixDrafter::new(SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE, cache)
+}
+
+/// A drafter over loaded Medusa heads: `medusa-tree` drafts trees for greedy requests;
+/// `suffix-medusa` drafts by suffix lookup over `suffix_cache` and falls back to the heads.
 pub fn medusa_drafter(
     kind: StrategyKind,
     b: &crate::medusa_heads::MedusaBundle,
     seed: u64,
-) -> MedusaDrafter {
+    suffix_cache: Option<SharedSuffixCache>,
+) -> BoxedDrafter {
     let d = MedusaDrafter::new(b.heads.clone(), b.lm_head.clone(), seed);
     match kind {
-        StrategyKind::MedusaTree => d.with_tree(MEDUSA_TREE_NODES),
-        _ => d,
+        StrategyKind::MedusaTree => Box::new(d.with_tree(MEDUSA_TREE_NODES)),
+        StrategyKind::SuffixMedusa => Box::new(FallbackDrafter::new(
+            kind.name(),
+            Box::new(suffix_drafter(suffix_cache)),
+            Box::new(d),
+            SUFFIX_MEDUSA_HEAD_TOKENS,
+        )),
+        _ => Box::new(d),
     }
 }

@@ -28,7 +28,7 @@ pub struct RoutePolicy {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("unknown strategy {0:?} in `allowed` (known: ngram, suffix, draft, early-exit, medusa, medusa-tree)")]
+    #[error("unknown strategy {0:?} in `allowed` (known: ngram, suffix, draft, early-exit, medusa, medusa-tree, suffix-medusa)")]
     UnknownStrategy(String),
     #[error("k_min ({k_min}) is greater than k_max ({k_max})")]
     KOrder { k_min: usize, k_max: usize },

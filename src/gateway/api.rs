@@ -60,7 +60,7 @@ pub struct StreamOptions {
 pub struct SpeculationField {
     pub enabled: Option<bool>,
     /// `draft` only when the server runs with `--draft-model`.
-    #[schema(pattern = "^(plain|ngram|suffix|draft|early-exit|medusa|medusa-tree)$")]
+    #[schema(pattern = "^(plain|ngram|suffix|draft|early-exit|medusa|medusa-tree|suffix-medusa)$")]
     pub strategy: Option<String>,
     #[schema(minimum = 0, maximum = 16)]
     pub k: Option<i64>,

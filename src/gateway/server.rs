@@ -123,7 +123,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .into_iter()
         .filter(|k| match k {
             StrategyKind::Draft => models.contains_key(k),
-            StrategyKind::Medusa | StrategyKind::MedusaTree => medusa.is_some(),
+            k if k.uses_medusa() => medusa.is_some(),
             _ => true,
         })
         .collect();

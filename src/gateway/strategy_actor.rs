@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use specgate_strategies::{
-    NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache, SuffixDrafter,
+    NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache,
 };
 
 use crate::faults::Faults;
 use crate::medusa_heads::MedusaBundle;
 use crate::model_drafter::{ModelDrafter, SharedModel};
-use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE};
+use crate::strategy::{suffix_drafter, BoxedDrafter, SUFFIX_MAX_DEPTH};
 
 /// Tokens of earlier requests each tenant's suffix cache keeps.
 pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
@@ -44,29 +44,26 @@ impl StrategyActor {
         self
     }
 
-    /// A drafter for one request of `tenant`: the suffix strategy drafts from that tenant's
+    /// The tenant's cache of earlier requests' text (this strategy's; created on first use).
+    fn suffix_cache(&mut self, tenant: String) -> SharedSuffixCache {
+        self.suffix_caches
+            .entry(tenant)
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(SuffixCache::new(
+                    SUFFIX_MAX_DEPTH,
+                    SUFFIX_CACHE_TOKENS,
+                )))
+            })
+            .clone()
+    }
+
+    /// A drafter for one request of `tenant`: the suffix strategies draft from that tenant's
     /// cache only.
     pub fn checkout(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
         let drafter: BoxedDrafter = match self.kind {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => {
-                let cache = self
-                    .suffix_caches
-                    .entry(tenant)
-                    .or_insert_with(|| {
-                        Arc::new(Mutex::new(SuffixCache::new(
-                            SUFFIX_MAX_DEPTH,
-                            SUFFIX_CACHE_TOKENS,
-                        )))
-                    })
-                    .clone();
-                Box::new(SuffixDrafter::new(
-                    SUFFIX_MAX_DEPTH,
-                    SUFFIX_MIN_SCORE,
-                    Some(cache),
-                ))
-            }
+            StrategyKind::Suffix => Box::new(suffix_drafter(Some(self.suffix_cache(tenant)))),
             StrategyKind::Draft | StrategyKind::EarlyExit => {
                 let model = self
                     .draft_model
@@ -75,12 +72,13 @@ impl StrategyActor {
                 let name = self.kind.name();
                 Box::new(ModelDrafter::for_sequence(name, model, seed).map_err(|e| e.to_string())?)
             }
-            StrategyKind::Medusa | StrategyKind::MedusaTree => {
+            StrategyKind::Medusa | StrategyKind::MedusaTree | StrategyKind::SuffixMedusa => {
+                let cache = self.suffix_cache(tenant);
                 let b = self
                     .medusa
                     .as_ref()
                     .ok_or_else(|| "no Medusa heads loaded".to_string())?;
-                Box::new(crate::strategy::medusa_drafter(self.kind, b, seed))
+                crate::strategy::medusa_drafter(self.kind, b, seed, Some(cache))
             }
         };
         Ok(self.faults.wrap(drafter))

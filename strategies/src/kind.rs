@@ -14,17 +14,20 @@ pub enum StrategyKind {
     Medusa,
     /// Medusa heads with candidate trees for greedy requests (chains when sampling).
     MedusaTree,
+    /// Suffix lookup when it has a draft, else the first Medusa head's token.
+    SuffixMedusa,
 }
 
 /// A strategy name nobody knows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown strategy {0:?} (known: plain, ngram, suffix, draft, early-exit, medusa, medusa-tree)"
+    "unknown strategy {0:?} (known: plain, ngram, suffix, draft, early-exit, medusa, medusa-tree, \
+     suffix-medusa)"
 )]
 pub struct UnknownStrategy(pub String);
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 7] = [
+    pub const ALL: [StrategyKind; 8] = [
         StrategyKind::Plain,
         StrategyKind::Ngram,
         StrategyKind::Suffix,
@@ -32,6 +35,7 @@ impl StrategyKind {
         StrategyKind::EarlyExit,
         StrategyKind::Medusa,
         StrategyKind::MedusaTree,
+        StrategyKind::SuffixMedusa,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,12 +47,23 @@ impl StrategyKind {
             Self::EarlyExit => "early-exit",
             Self::Medusa => "medusa",
             Self::MedusaTree => "medusa-tree",
+            Self::SuffixMedusa => "suffix-medusa",
         }
     }
 
     /// Lookup strategies cost next to nothing to draft; model drafters cost forwards.
     pub fn is_lookup(self) -> bool {
         matches!(self, Self::Ngram | Self::Suffix)
+    }
+
+    /// Strategies that draft from a cache of earlier requests' text (kept per tenant).
+    pub fn uses_suffix_cache(self) -> bool {
+        matches!(self, Self::Suffix | Self::SuffixMedusa)
+    }
+
+    /// Strategies that draft with Medusa heads (served only where heads are loaded).
+    pub fn uses_medusa(self) -> bool {
+        matches!(self, Self::Medusa | Self::MedusaTree | Self::SuffixMedusa)
     }
 }
 

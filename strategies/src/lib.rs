@@ -2,6 +2,7 @@
 //! HTTP, storage or global state. Time and randomness are passed in.
 
 pub mod draft;
+pub mod fallback;
 pub mod kind;
 pub mod medusa;
 pub mod ngram;
@@ -15,6 +16,7 @@ pub mod verify;
 pub type TokenId = u32;
 
 pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
+pub use fallback::{FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
