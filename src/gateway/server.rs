@@ -20,7 +20,7 @@ use super::handlers::{self, AppState};
 use super::history_writer::{Flush, HistoryWriter};
 use super::quotas::Quotas;
 use super::router::Router;
-use super::strategy_actor::StrategyActor;
+use super::strategy_actor::{StrategyActor, TenantSuffixCaches};
 use super::tenants::{TenantError, TenantStore};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::loaded::{LoadError, LoadedModel};
@@ -127,11 +127,13 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             _ => true,
         })
         .collect();
+    let suffix_caches = TenantSuffixCaches::default();
     let strategies: HashMap<_, _> = available
         .iter()
         .map(|&k| {
             let actor = StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults)
-                .with_medusa(medusa.clone());
+                .with_medusa(medusa.clone())
+                .with_suffix_caches(suffix_caches.clone());
             (k, actor.start())
         })
         .collect();

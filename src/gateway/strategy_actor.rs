@@ -18,12 +18,17 @@ use crate::strategy::{suffix_drafter, BoxedDrafter, SUFFIX_MAX_DEPTH};
 /// Tokens of earlier requests each tenant's suffix cache keeps.
 pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
 
+/// Each tenant's cache of earlier requests' text, shared by the strategies that draft from
+/// one (suffix, suffix-medusa), so a route's traffic teaches one cache whichever of them the
+/// policy picked.
+pub type TenantSuffixCaches = Arc<Mutex<HashMap<String, SharedSuffixCache>>>;
+
 /// Owns one strategy's shared state and builds drafters from it.
 pub struct StrategyActor {
     pub kind: StrategyKind,
     pub draft_model: Option<SharedModel>,
     medusa: Option<MedusaBundle>,
-    suffix_caches: HashMap<String, SharedSuffixCache>,
+    suffix_caches: TenantSuffixCaches,
     faults: Faults,
 }
 
@@ -33,7 +38,7 @@ impl StrategyActor {
             kind,
             draft_model,
             medusa: None,
-            suffix_caches: HashMap::new(),
+            suffix_caches: TenantSuffixCaches::default(),
             faults,
         }
     }
@@ -44,9 +49,20 @@ impl StrategyActor {
         self
     }
 
-    /// The tenant's cache of earlier requests' text (this strategy's; created on first use).
+    /// Share the tenants' suffix caches with other strategy actors.
+    pub fn with_suffix_caches(mut self, caches: TenantSuffixCaches) -> Self {
+        self.suffix_caches = caches;
+        self
+    }
+
+    /// The tenant's cache of earlier requests' text (created on first use).
     fn suffix_cache(&mut self, tenant: String) -> SharedSuffixCache {
-        self.suffix_caches
+        // A poisoned map still holds valid caches: a panic elsewhere must not stop drafting.
+        let mut caches = self
+            .suffix_caches
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        caches
             .entry(tenant)
             .or_insert_with(|| {
                 Arc::new(Mutex::new(SuffixCache::new(
@@ -73,12 +89,15 @@ impl StrategyActor {
                 Box::new(ModelDrafter::for_sequence(name, model, seed).map_err(|e| e.to_string())?)
             }
             StrategyKind::Medusa | StrategyKind::MedusaTree | StrategyKind::SuffixMedusa => {
-                let cache = self.suffix_cache(tenant);
+                let cache = self
+                    .kind
+                    .uses_suffix_cache()
+                    .then(|| self.suffix_cache(tenant));
                 let b = self
                     .medusa
                     .as_ref()
                     .ok_or_else(|| "no Medusa heads loaded".to_string())?;
-                crate::strategy::medusa_drafter(self.kind, b, seed, Some(cache))
+                crate::strategy::medusa_drafter(self.kind, b, seed, cache)
             }
         };
         Ok(self.faults.wrap(drafter))
@@ -124,13 +143,18 @@ mod tests {
         d.propose(&ctx, 8).map(|d| d.tokens).unwrap_or_default()
     }
 
-    /// What one tenant's requests taught the suffix cache drafts for that tenant only.
+    /// What one tenant's requests taught the suffix cache drafts for that tenant only, also
+    /// through another actor sharing the caches (as suffix and suffix-medusa do).
     #[test]
     fn a_tenants_suffix_cache_never_drafts_for_another() {
-        let mut actor = StrategyActor::new(StrategyKind::Suffix, None, Faults::default());
+        let caches = TenantSuffixCaches::default();
+        let mut teacher = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
+            .with_suffix_caches(caches.clone());
+        let mut actor = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
+            .with_suffix_caches(caches);
         let lead: Vec<TokenId> = vec![11, 12, 13, 14];
         let secret: Vec<TokenId> = vec![901, 902, 903, 904, 905];
-        let mut a = actor.checkout("tenant-a".into(), 0).unwrap();
+        let mut a = teacher.checkout("tenant-a".into(), 0).unwrap();
         let full: Vec<TokenId> = lead.iter().chain(&secret).copied().collect();
         draft(&mut a, &full);
         a.finish();
