@@ -207,10 +207,10 @@ def mined(per_class, rng, banned):
         q = rng.choice(RAG_QUESTIONS).format(t=subject_of(p))
         if ok(p):
             out.append(("rag", rng.choice(RAG_FORMS).format(p=p, q=q)))
-    pairs = [(f, s.strip()) for f in CREATIVE_FORMS for s in SUBJECTS]
+    pairs = [(f, clean(s)) for f in CREATIVE_FORMS for s in SUBJECTS]
     rng.shuffle(pairs)
     out += [("creative", f.format(s=s)) for f, s in pairs[:per_class] if ok(s)]
-    pairs = [(f, t.strip()) for f in CHAT_FORMS for t in CHAT_TOPICS]
+    pairs = [(f, clean(t)) for f in CHAT_FORMS for t in CHAT_TOPICS]
     rng.shuffle(pairs)
     out += [("chat", f.format(t=t)) for f, t in pairs[:per_class] if ok(t)]
     return out
