@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 pub use specgate_strategies::StrategyKind;
 use specgate_strategies::{
-    Drafter, FallbackDrafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedSuffixCache,
-    SuffixDrafter, UnknownStrategy,
+    FallbackDrafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedSuffixCache, SuffixDrafter,
+    UnknownStrategy,
 };
 
 use crate::model_drafter::{DraftModelError, ModelDrafter};
@@ -45,7 +45,7 @@ pub const SUFFIX_MIN_SCORE: f32 = 0.2;
 pub const DEFAULT_EXIT_LAYER: usize = 8;
 
 /// A drafter that can move to the engine's thread.
-pub type BoxedDrafter = Box<dyn Drafter + Send>;
+pub type BoxedDrafter = specgate_strategies::SendDrafter;
 
 /// Building a drafter for a [`StrategyKind`].
 pub trait BuildDrafter {
