@@ -67,12 +67,34 @@ pub fn masked_cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<Tensor, T
     Ok(((log_p * mask)?.sum_all()? * (-1.0 / f64::from(count)))?)
 }
 
+/// A batch of training pairs: hidden states x [n, hidden], pending-token embeddings
+/// e [n, hidden], per head the embedding of the token before its target (`prev[0]` is e;
+/// later heads read the true token there, as a draft accepted so far has it) and labels
+/// [n, heads].
+pub struct Batch {
+    pub x: Tensor,
+    pub e: Tensor,
+    pub prev: Vec<Tensor>,
+    pub y: Tensor,
+}
+
+/// Held-out accuracy: per head (top-1, top-5), and the mean number of leading heads whose
+/// top-1 is right — the draft tokens a greedy chain of every head gets accepted per round
+/// (before the target's own token). Chained heads read the true previous token in training,
+/// which is exactly what they read in a chain accepted so far, so this holds for them too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accuracy {
+    pub per_head: Vec<(f64, f64)>,
+    pub chain_length: f64,
+}
+
 /// Heads being trained, with Adam's moments.
 pub struct Trainer {
     pub w: Var, // [heads, hidden, hidden]
     pub u: Var, // [heads, hidden, hidden]: the pending token's embedding
+    pub v: Var, // [heads, hidden, hidden]: the embedding of the token before the target
     pub b: Var, // [heads, hidden]
-    moments: [Tensor; 6],
+    moments: [Tensor; 8],
     pub step: usize,
 }
 
@@ -84,32 +106,37 @@ impl Trainer {
         let dev = Device::Cpu;
         let w = Var::zeros((heads, dim, dim), DType::F32, &dev)?;
         let u = Var::zeros((heads, dim, dim), DType::F32, &dev)?;
+        let v = Var::zeros((heads, dim, dim), DType::F32, &dev)?;
         let b = Var::zeros((heads, dim), DType::F32, &dev)?;
         let moments = [
             w.zeros_like()?,
             w.zeros_like()?,
             u.zeros_like()?,
             u.zeros_like()?,
+            v.zeros_like()?,
+            v.zeros_like()?,
             b.zeros_like()?,
             b.zeros_like()?,
         ];
         Ok(Self {
             w,
             u,
+            v,
             b,
             moments,
             step: 0,
         })
     }
 
-    /// Logits of every head for hidden states x [n, hidden] and pending-token embeddings
-    /// e [n, hidden]: [heads] × [n, vocab].
-    pub fn logits(&self, x: &Tensor, e: &Tensor, lm: &Tensor) -> Result<Vec<Tensor>, TrainError> {
+    /// Logits of every head for a batch: [heads] × [n, vocab].
+    pub fn logits(&self, batch: &Batch, lm: &Tensor) -> Result<Vec<Tensor>, TrainError> {
+        let (x, e) = (&batch.x, &batch.e);
         let heads = self.w.dims()[0];
         let mut out = Vec::with_capacity(heads);
-        for i in 0..heads {
+        for (i, prev) in batch.prev.iter().enumerate().take(heads) {
             let z = x.matmul(&self.w.get(i)?.t()?)?;
             let z = (z + e.matmul(&self.u.get(i)?.t()?)?)?;
+            let z = (z + prev.matmul(&self.v.get(i)?.t()?)?)?;
             let z = z.broadcast_add(&self.b.get(i)?)?;
             let s = (x + z.silu()?)?;
             out.push(s.matmul(&lm.t()?)?);
@@ -120,15 +147,14 @@ impl Trainer {
     /// One optimisation step on a batch; returns the mean loss over heads.
     pub fn step(
         &mut self,
-        batch: (&Tensor, &Tensor, &Tensor),
+        batch: &Batch,
         frozen: &FrozenHead,
         lr: f64,
         weight_decay: f64,
     ) -> Result<f32, TrainError> {
-        let (x, e, y) = batch;
-        let logits = self.logits(x, e, &frozen.lm)?;
-        let labels = y.to_vec2::<u32>()?;
-        let mut loss = Tensor::zeros((), DType::F32, x.device())?;
+        let logits = self.logits(batch, &frozen.lm)?;
+        let labels = batch.y.to_vec2::<u32>()?;
+        let mut loss = Tensor::zeros((), DType::F32, batch.x.device())?;
         for (i, l) in logits.iter().enumerate() {
             let target: Vec<u32> = labels.iter().map(|row| row[i]).collect();
             loss = (loss + masked_cross_entropy(l, &target)?)?;
@@ -138,7 +164,7 @@ impl Trainer {
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = BETAS;
-        for (var, m) in [(&self.w, 0usize), (&self.u, 2), (&self.b, 4)] {
+        for (var, m) in [(&self.w, 0usize), (&self.u, 2), (&self.v, 4), (&self.b, 6)] {
             let Some(g) = grads.get(var) else {
                 continue;
             };
@@ -155,35 +181,41 @@ impl Trainer {
         Ok(loss.to_scalar::<f32>()?)
     }
 
-    /// Top-1 and top-5 accuracy per head on `data`, as the drafter sees it: ranked among the
-    /// draft vocabulary, a label outside it a miss.
-    pub fn accuracy(
-        &self,
-        data: &HeadsData,
-        frozen: &FrozenHead,
-    ) -> Result<Vec<(f64, f64)>, TrainError> {
+    /// Held-out accuracy on `data`, as the drafter sees it: ranked among the draft
+    /// vocabulary, a label outside it a miss.
+    pub fn accuracy(&self, data: &HeadsData, frozen: &FrozenHead) -> Result<Accuracy, TrainError> {
         let heads = data.heads;
         let mut hits = vec![(0usize, 0usize); heads];
+        let mut chain = 0usize;
         let idx: Vec<usize> = (0..data.len()).collect();
         for chunk in idx.chunks(128) {
-            let (x, e, _) = data.rows(chunk, frozen)?;
-            for (i, l) in self.logits(&x, &e, &frozen.lm)?.iter().enumerate() {
+            let batch = data.rows(chunk, frozen)?;
+            let mut right = vec![vec![false; heads]; chunk.len()];
+            for (i, l) in self.logits(&batch, &frozen.lm)?.iter().enumerate() {
                 for (r, row) in l.to_vec2::<f32>()?.iter().enumerate() {
                     let label = data.labels[chunk[r] * heads + i] as usize;
                     if label >= row.len() {
                         continue;
                     }
                     let above = row.iter().filter(|&&v| v > row[label]).count();
+                    right[r][i] = above == 0;
                     hits[i].0 += usize::from(above == 0);
                     hits[i].1 += usize::from(above < 5);
                 }
             }
+            chain += right
+                .iter()
+                .map(|r| r.iter().take_while(|&&ok| ok).count())
+                .sum::<usize>();
         }
         let n = data.len().max(1) as f64;
-        Ok(hits
-            .into_iter()
-            .map(|(a, b)| (a as f64 / n, b as f64 / n))
-            .collect())
+        Ok(Accuracy {
+            per_head: hits
+                .into_iter()
+                .map(|(a, b)| (a as f64 / n, b as f64 / n))
+                .collect(),
+            chain_length: chain as f64 / n,
+        })
     }
 
     pub fn heads(&self) -> Result<MedusaHeads, TrainError> {
@@ -192,6 +224,7 @@ impl Trainer {
         for i in 0..heads {
             out.w.push(self.w.get(i)?.flatten_all()?.to_vec1::<f32>()?);
             out.u.push(self.u.get(i)?.flatten_all()?.to_vec1::<f32>()?);
+            out.v.push(self.v.get(i)?.flatten_all()?.to_vec1::<f32>()?);
             out.b.push(self.b.get(i)?.to_vec1::<f32>()?);
         }
         Ok(out)
@@ -202,6 +235,7 @@ impl Trainer {
         let mut map: HashMap<String, Tensor> = HashMap::new();
         map.insert("w".into(), self.w.as_tensor().clone());
         map.insert("u".into(), self.u.as_tensor().clone());
+        map.insert("v".into(), self.v.as_tensor().clone());
         map.insert("b".into(), self.b.as_tensor().clone());
         for (i, m) in self.moments.iter().enumerate() {
             map.insert(format!("moment{i}"), m.clone());
@@ -216,6 +250,7 @@ impl Trainer {
 
     pub fn load_checkpoint(path: &Path) -> Result<Self, TrainError> {
         let mut t = candle_core::safetensors::load(path, &Device::Cpu)?;
+        let v = t.remove("v");
         let mut take = |name: &str| {
             t.remove(name).ok_or_else(|| {
                 TrainError::Data(format!(
@@ -228,11 +263,26 @@ impl Trainer {
         let w = Var::from_tensor(&take("w")?)?;
         let u = Var::from_tensor(&take("u")?)?;
         let b = Var::from_tensor(&take("b")?)?;
-        let mut moments = Vec::with_capacity(6);
+        let mut moments = Vec::with_capacity(8);
         for i in 0..6 {
             moments.push(take(&format!("moment{i}"))?);
         }
-        let moments: [Tensor; 6] = moments
+        // A checkpoint from before the heads chained (moments of w, u, b) resumes with V = 0:
+        // the same heads.
+        let v = match v {
+            Some(v) => {
+                // Saved in order: w, u, v, b.
+                moments.extend([take("moment6")?, take("moment7")?]);
+                v
+            }
+            None => {
+                let zero = u.as_tensor().zeros_like()?;
+                moments.splice(4..4, [zero.clone(), zero.clone()]);
+                zero
+            }
+        };
+        let v = Var::from_tensor(&v)?;
+        let moments: [Tensor; 8] = moments
             .try_into()
             .map_err(|_| TrainError::Data("checkpoint moments".into()))?;
         let step = take("step")?.to_vec1::<u32>()?;
@@ -244,6 +294,7 @@ impl Trainer {
         Ok(Self {
             w,
             u,
+            v,
             b,
             moments,
             step,

@@ -1,13 +1,16 @@
 //! Medusa heads on disk, and the target's LM head they draft through.
 //!
 //! A heads directory holds `heads.json` and `heads.safetensors`:
-//! - `heads.json`: `{"format": "specgate-medusa/2", "num_heads", "hidden_size", "vocab_size",
+//! - `heads.json`: `{"format": "specgate-medusa/3", "num_heads", "hidden_size", "vocab_size",
 //!   "lm_head": "target", "target": "<file name>", "target_sha256": "<hex>"}`;
-//! - `heads.safetensors`: `heads.{i}.weight` [hidden, hidden], `heads.{i}.token_weight`
-//!   [hidden, hidden] and `heads.{i}.bias` [hidden] (F32 or F16) for head i, computing
-//!   h + SiLU(W·h + U·e + b) on the target's final normed hidden state h and the pending
-//!   token's LM-head row e (zero past `EMBED_VOCAB`); the target's own LM head turns that into
-//!   logits. Format 1 is the same without `token_weight` (U = 0) and still loads.
+//! - `heads.safetensors`: `heads.{i}.weight` W [hidden, hidden], `heads.{i}.token_weight` U
+//!   [hidden, hidden], `heads.{i}.prev_weight` V [hidden, hidden] and `heads.{i}.bias` b
+//!   [hidden] (F32 or F16) for head i, computing h + SiLU(W·h + U·e + V·e_prev + b) on the
+//!   target's final normed hidden state h, the pending token's LM-head row e and the row of the
+//!   token before the head's target e_prev (the pending token for head 0, the previous head's
+//!   draft after it; rows are zero past `EMBED_VOCAB`); the target's own LM head turns that
+//!   into logits. Format 2 is the same without `prev_weight` (V = 0: the heads do not see each
+//!   other's drafts) and format 1 also without `token_weight`; both still load.
 //!
 //! Heads are refused for any target whose sha256 differs. An MTP module shaped as a residual
 //! block over the final hidden state converts by writing its weights under these names.
@@ -22,8 +25,11 @@ use specgate_strategies::{DraftError, LmHead, MedusaHeads, TokenId};
 
 use crate::model::{first_rows, lm_head_rows, Linear, MatmulBackend, ModelError, QuantRows};
 
-/// Heads that read the pending token's embedding (what `train-heads` writes).
-pub const FORMAT: &str = "specgate-medusa/2";
+/// Heads that read the pending token's embedding and, each, the token drafted before it (what
+/// `train-heads` writes).
+pub const FORMAT: &str = "specgate-medusa/3";
+/// Heads that read the pending token's embedding but not each other's drafts.
+pub const FORMAT_2: &str = "specgate-medusa/2";
 /// Heads on h alone.
 pub const FORMAT_1: &str = "specgate-medusa/1";
 
@@ -128,11 +134,13 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<HeadsConfig, MedusaError
     let path = dir.join("heads.json");
     let text = std::fs::read_to_string(&path).map_err(|e| config_error(&path, e))?;
     let cfg: HeadsConfig = serde_json::from_str(&text).map_err(|e| config_error(&path, e))?;
-    if !(cfg.format == FORMAT || cfg.format == FORMAT_1) || cfg.lm_head != "target" {
+    let known = [FORMAT, FORMAT_2, FORMAT_1].contains(&cfg.format.as_str());
+    if !known || cfg.lm_head != "target" {
         return Err(config_error(
             &path,
             format!(
-                "format {:?} / lm_head {:?}: expected {FORMAT:?} or {FORMAT_1:?} / \"target\"",
+                "format {:?} / lm_head {:?}: expected {FORMAT:?}, {FORMAT_2:?} or {FORMAT_1:?} \
+                 / \"target\"",
                 cfg.format, cfg.lm_head
             ),
         ));
@@ -202,23 +210,39 @@ fn read_tensors(path: &Path, cfg: &HeadsConfig) -> Result<MedusaHeads, MedusaErr
     for i in 0..cfg.num_heads {
         heads.w.push(get(&format!("heads.{i}.weight"), &[d, d])?);
         heads.b.push(get(&format!("heads.{i}.bias"), &[d])?);
-        if cfg.format == FORMAT {
+        if cfg.format != FORMAT_1 {
             heads
                 .u
                 .push(get(&format!("heads.{i}.token_weight"), &[d, d])?);
         }
+        if cfg.format == FORMAT {
+            heads
+                .v
+                .push(get(&format!("heads.{i}.prev_weight"), &[d, d])?);
+        }
     }
+    heads.fold_first_prev();
     Ok(heads)
 }
 
+/// The format that stores `heads`: what they read besides h.
+pub fn format_of(heads: &MedusaHeads) -> &'static str {
+    match (heads.token_conditioned(), heads.chained()) {
+        (_, true) => FORMAT,
+        (true, false) => FORMAT_2,
+        (false, false) => FORMAT_1,
+    }
+}
+
 /// Write heads (stored as F16: half the size, and far below the heads' own error) and their
-/// config to `dir`; `cfg.format` must say whether the heads read the pending token.
+/// config to `dir`; `cfg.format` must be `format_of(heads)`.
 pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), MedusaError> {
-    let want = if heads.token_conditioned() {
-        FORMAT
-    } else {
-        FORMAT_1
-    };
+    let want = format_of(heads);
+    if heads.chained() && !heads.token_conditioned() {
+        return Err(MedusaError::Tensors(
+            "chained heads are stored with token weights (U); these have none".into(),
+        ));
+    }
     if cfg.format != want {
         return Err(MedusaError::Tensors(format!(
             "these heads are {want}, the config says {}",
@@ -238,6 +262,12 @@ pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), Me
         map.insert(format!("heads.{i}.bias"), f16(b, &[d])?);
         if let Some(u) = heads.u.get(i) {
             map.insert(format!("heads.{i}.token_weight"), f16(u, &[d, d])?);
+        }
+        if let Some(v) = heads.v.get(i) {
+            // An empty V (folded into U by `fold_first_prev`) is stored as zeros.
+            let zeros = vec![0.0; d * d];
+            let v = if v.is_empty() { &zeros } else { v };
+            map.insert(format!("heads.{i}.prev_weight"), f16(v, &[d, d])?);
         }
     }
     candle_core::safetensors::save(&map, dir.join("heads.safetensors")).map_err(tensors_error)?;

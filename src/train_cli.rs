@@ -177,24 +177,27 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         if trainer.step >= args.steps {
             break; // the report below measures the last step
         }
-        let top1: Vec<String> = trainer
-            .accuracy(&held, &frozen)?
+        let acc = trainer.accuracy(&held, &frozen)?;
+        let top1: Vec<String> = acc
+            .per_head
             .iter()
             .map(|(a, _)| format!("{a:.3}"))
             .collect();
         writeln!(
             log,
-            "step {}: held-out top-1 {}",
+            "step {}: held-out top-1 {}, chain length {:.3}",
             trainer.step,
-            top1.join(" ")
+            top1.join(" "),
+            acc.chain_length
         )?;
     }
     trainer.save_checkpoint(&ckpt)?;
     let seconds_train = t.elapsed().as_secs_f64();
-    let heldout_accuracy = trainer.accuracy(&held, &frozen)?;
+    let accuracy = trainer.accuracy(&held, &frozen)?;
+    let heads = trainer.heads()?;
     let cfg = lm.model.config();
     let heads_cfg = HeadsConfig {
-        format: medusa_heads::FORMAT.into(),
+        format: medusa_heads::format_of(&heads).into(),
         num_heads: args.heads,
         hidden_size: cfg.hidden,
         vocab_size: cfg.vocab_size,
@@ -208,7 +211,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| medusa_heads::default_dir(&model));
-    medusa_heads::save(&out, &trainer.heads()?, &heads_cfg)?;
+    medusa_heads::save(&out, &heads, &heads_cfg)?;
     let report = TrainReport {
         prompts: prompts.len(),
         train_pairs: train.len(),
@@ -219,7 +222,8 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         seconds_data,
         seconds_train,
         final_loss,
-        heldout_accuracy,
+        heldout_accuracy: accuracy.per_head,
+        heldout_chain_length: accuracy.chain_length,
     };
     std::fs::write(
         out.join("report.json"),

@@ -131,11 +131,11 @@ fn medusa_drafts_are_accepted_and_greedy_output_is_unchanged() {
 }
 
 #[test]
-fn token_conditioned_heads_read_the_rows_training_used_and_format_1_still_loads() {
+fn shipped_heads_chain_read_the_rows_training_used_and_older_formats_still_load() {
     let model = common::model_path();
     let shipped = medusa_heads::load(&medusa_heads::default_dir(&model), &model).expect("heads");
     assert_eq!(shipped.config.format, medusa_heads::FORMAT);
-    assert!(shipped.heads.token_conditioned());
+    assert!(shipped.heads.token_conditioned() && shipped.heads.chained());
     // The drafter's pending-token rows are the rows training embedded: the dequantized LM
     // head's, and none past the draft vocabulary (training used zeros there).
     let lm = specgate::train_heads::lm_head_f32(&model).unwrap();
@@ -147,18 +147,29 @@ fn token_conditioned_heads_read_the_rows_training_used_and_format_1_still_loads(
         shipped.lm_head.token_row(medusa_heads::EMBED_VOCAB as u32),
         None
     );
-    // Heads on h alone (format 1) round-trip and load.
-    let mut plain = (*shipped.heads).clone();
-    plain.u.clear();
-    let mut cfg = shipped.config.clone();
+    // Older formats round-trip and load: 2 (no V) and 1 (no U either).
     let dir = tempfile::tempdir().unwrap();
-    assert!(
-        medusa_heads::save(dir.path(), &plain, &cfg).is_err(),
-        "format 2 claimed for heads without token weights"
-    );
-    cfg.format = medusa_heads::FORMAT_1.into();
-    medusa_heads::save(dir.path(), &plain, &cfg).unwrap();
-    let back = medusa_heads::load(dir.path(), &model).unwrap();
-    assert!(!back.heads.token_conditioned());
-    assert_eq!(back.heads.w, plain.w);
+    let mut older = (*shipped.heads).clone();
+    let mut cfg = shipped.config.clone();
+    for format in [medusa_heads::FORMAT_2, medusa_heads::FORMAT_1] {
+        older.v.clear();
+        if format == medusa_heads::FORMAT_1 {
+            older.u.clear();
+        }
+        assert!(
+            medusa_heads::save(dir.path(), &older, &cfg).is_err(),
+            "{} claimed for {format} heads",
+            cfg.format
+        );
+        cfg.format = format.into();
+        medusa_heads::save(dir.path(), &older, &cfg).unwrap();
+        let back = medusa_heads::load(dir.path(), &model).unwrap();
+        assert_eq!(back.config.format, format);
+        assert_eq!(back.heads.w, older.w);
+        assert!(!back.heads.chained());
+        assert_eq!(
+            back.heads.token_conditioned(),
+            format == medusa_heads::FORMAT_2
+        );
+    }
 }

@@ -3,12 +3,14 @@
 
 pub mod draft;
 pub mod fallback;
+pub mod heads;
 pub mod kind;
 pub mod medusa;
 pub mod ngram;
 pub mod sampling;
 pub mod stats;
 pub mod suffix;
+pub mod top_n;
 pub mod tree;
 pub mod verify;
 
@@ -23,5 +25,5 @@ pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, predicted_speedup, SpecStats};
 pub use suffix::{SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex};
-pub use tree::{build_tree, verify_tree_greedy, DraftTree, TreeVerdict};
+pub use tree::{build_tree, select_tree, verify_tree_greedy, DraftTree, PoolNode, TreeVerdict};
 pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

@@ -1,92 +1,18 @@
-//! Medusa-1 heads: on the target's final (normed) hidden state h of the row that produced the
-//! pending token, head i computes h_i = h + SiLU(W_i·h + U_i·e + b_i) and the target's own LM
-//! head turns h_i into a distribution over the token i + 1 places past the pending one. e is
-//! the pending token's row of the LM head (Hydra-style conditioning): h only implies which
-//! token the target chose through an argmax the heads cannot compute, and that token is the
-//! best single clue to what follows it. Heads without U (format 1) ignore it. Drafting reuses
-//! the hidden state of the target pass that just ran: no extra target pass. The heads do not
-//! see each other's guesses, so a chain of k heads is k independent guesses.
+//! The Medusa drafter: the heads (`crate::heads`) on the hidden state the sequence hands it,
+//! through the target's LM head. Drafting reuses the hidden state of the target pass that just
+//! ran: no extra target pass. Heads that chain draft one place at a time, each conditioned on
+//! the token drafted before it (for a tree: one LM-head call per level).
 
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+pub use crate::heads::MedusaHeads;
 use crate::sampling::{argmax, sample_from};
-use crate::tree::build_tree;
+use crate::top_n::top_n;
+use crate::tree::{build_tree, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
-
-/// The heads' weights, plain f32, row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MedusaHeads {
-    pub hidden: usize,
-    pub w: Vec<Vec<f32>>, // per head: [hidden (out), hidden (in)]
-    pub b: Vec<Vec<f32>>, // per head: [hidden]
-    /// Per head: [hidden (out), hidden (in)] over the pending token's embedding; empty for
-    /// heads that see h only.
-    pub u: Vec<Vec<f32>>,
-}
-
-impl MedusaHeads {
-    pub fn num_heads(&self) -> usize {
-        self.w.len()
-    }
-
-    /// Heads all zero: every head passes h through unchanged (training starts here, so an
-    /// untrained head predicts what the target's next token would be).
-    pub fn zeros(num_heads: usize, hidden: usize) -> Self {
-        Self {
-            hidden,
-            w: vec![vec![0.0; hidden * hidden]; num_heads],
-            b: vec![vec![0.0; hidden]; num_heads],
-            u: Vec::new(),
-        }
-    }
-
-    /// Whether the heads read the pending token's embedding.
-    pub fn token_conditioned(&self) -> bool {
-        !self.u.is_empty()
-    }
-
-    /// The first `n` heads' states for one hidden state h ([hidden]) and the pending token's
-    /// embedding e (None: a zero vector, as in training for tokens past the draft
-    /// vocabulary): [n, hidden].
-    pub fn states(&self, h: &[f32], e: Option<&[f32]>, n: usize) -> Vec<f32> {
-        let d = self.hidden;
-        let mut out = Vec::with_capacity(n * d);
-        for (i, (w, b)) in self.w.iter().zip(&self.b).take(n).enumerate() {
-            let u = self.u.get(i).zip(e);
-            for (o, row) in w.chunks_exact(d).enumerate() {
-                let mut z = dot(row, h) + b[o];
-                if let Some((u, e)) = u {
-                    z += dot(&u[o * d..(o + 1) * d], e);
-                }
-                out.push(h[o] + z / (1.0 + (-z).exp()));
-            }
-        }
-        out
-    }
-}
-
-/// A dot product in 16 independent lanes, so the compiler vectorises it (a plain running sum
-/// fixes the order of additions and stays scalar: 0.26 ms per head against 0.03).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let mut lanes = [0.0f32; L];
-    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for i in 0..L {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
-}
 
 /// The target's LM head, as the drafter sees it: [rows, hidden] → [rows, vocab], the logits
 /// of token ids `0..vocab()`. A draft vocabulary may stop short of the target's: the heads
@@ -119,6 +45,9 @@ pub struct MedusaDrafter {
 /// Candidates per head when building a tree.
 pub const TREE_TOP_N: usize = 4;
 
+/// Nodes a chained tree expands per level (each one a row of that level's LM-head call).
+pub const TREE_EXPAND: usize = 4;
+
 impl MedusaDrafter {
     pub fn new(heads: Arc<MedusaHeads>, lm_head: Arc<dyn LmHead>, seed: u64) -> Self {
         Self {
@@ -136,21 +65,6 @@ impl MedusaDrafter {
         self.tree_budget = budget;
         self
     }
-}
-
-/// The `n` likeliest tokens of a row of logits with their softmax probabilities.
-fn top_n(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
-    let mut idx: Vec<usize> = (0..row.len()).collect();
-    let n = n.min(row.len());
-    idx.select_nth_unstable_by(n.saturating_sub(1), |&a, &b| row[b].total_cmp(&row[a]));
-    let mut best: Vec<(TokenId, f32)> = idx[..n]
-        .iter()
-        .map(|&i| (i as TokenId, (row[i] - max).exp() / sum))
-        .collect();
-    best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    best
 }
 
 impl Drafter for MedusaDrafter {
@@ -183,13 +97,18 @@ impl Drafter for MedusaDrafter {
                 "the LM head returned a row of the wrong width".into(),
             ));
         }
-        let states = self.heads.states(h, e.as_deref(), n);
-        let logits = self.lm_head.logits(&states)?; // [n, vocab]
-        let vocab = self.lm_head.vocab();
-        if logits.len() != n * vocab {
-            return Err(DraftError("the LM head returned the wrong shape".into()));
+        let e = e.as_deref();
+        let greedy = ctx.sampling.is_greedy();
+        if self.heads.chained() {
+            if greedy && self.tree_budget > 0 {
+                let budget = self.tree_budget.min(k);
+                return Ok(Draft::tree(self.chained_tree(h, e, budget)?));
+            }
+            return self.chained_chain(ctx, h, e, n);
         }
-        if ctx.sampling.is_greedy() && self.tree_budget > 0 {
+        let logits = self.logits(&self.heads.states(h, e, n), n)?;
+        let vocab = self.lm_head.vocab();
+        if greedy && self.tree_budget > 0 {
             let candidates: Vec<_> = logits
                 .chunks_exact(vocab)
                 .map(|r| top_n(r, TREE_TOP_N))
@@ -197,26 +116,138 @@ impl Drafter for MedusaDrafter {
             let budget = self.tree_budget.min(k);
             return Ok(Draft::tree(build_tree(&candidates, budget)));
         }
-        if ctx.sampling.is_greedy() {
-            let tokens: Vec<TokenId> = logits.chunks_exact(vocab).map(argmax).collect();
-            return Ok(Draft::deterministic(tokens));
-        }
-        // Sampled: each head's q is its logits shaped like the target's p.
-        let mut tokens = Vec::with_capacity(n);
-        let mut q = Vec::with_capacity(n);
+        let mut draft = Draft::empty();
         for row in logits.chunks_exact(vocab) {
-            let mut probs = ctx.sampling.probs(row);
-            // q is over the target's vocabulary: ids the heads cannot draft have q = 0.
-            probs.resize(self.lm_head.target_vocab().max(vocab), 0.0);
-            tokens.push(sample_from(&probs, &mut self.rng));
-            q.push(probs);
+            self.pick(ctx, row, &mut draft);
         }
-        Ok(Draft {
-            tokens,
-            q: Some(q),
-            parents: None,
-        })
+        Ok(draft)
     }
+}
+
+impl MedusaDrafter {
+    /// The LM head's logits for `rows` states: [rows, vocab].
+    fn logits(&self, states: &[f32], rows: usize) -> Result<Vec<f32>, DraftError> {
+        let logits = self.lm_head.logits(states)?;
+        if logits.len() != rows * self.lm_head.vocab() {
+            return Err(DraftError("the LM head returned the wrong shape".into()));
+        }
+        Ok(logits)
+    }
+
+    /// Append the token a head's logits give: the argmax for greedy requests, else a sample
+    /// with its q (over the target's vocabulary: ids the heads cannot draft have q = 0).
+    fn pick(&mut self, ctx: &DraftContext<'_>, row: &[f32], draft: &mut Draft) {
+        if ctx.sampling.is_greedy() {
+            draft.tokens.push(argmax(row));
+            return;
+        }
+        let mut probs = ctx.sampling.probs(row);
+        probs.resize(self.lm_head.target_vocab().max(row.len()), 0.0);
+        draft.tokens.push(sample_from(&probs, &mut self.rng));
+        draft.q.get_or_insert_with(Vec::new).push(probs);
+    }
+
+    /// The embedding a chained head reads for `token` (None: a zero vector, as in training).
+    fn row_of(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
+        let row = self.lm_head.token_row(token);
+        if row.as_ref().is_some_and(|r| r.len() != self.heads.hidden) {
+            return Err(DraftError(
+                "the LM head returned a row of the wrong width".into(),
+            ));
+        }
+        Ok(row)
+    }
+
+    /// Chained heads, one place at a time: head i reads the token head i − 1 drafted.
+    fn chained_chain(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        h: &[f32],
+        e: Option<&[f32]>,
+        n: usize,
+    ) -> Result<Draft, DraftError> {
+        let mut draft = Draft::empty();
+        let mut prev = e.map(<[f32]>::to_vec);
+        for i in 0..n {
+            let state = self.heads.state(i, h, e, prev.as_deref());
+            let row = self.logits(&state, 1)?;
+            self.pick(ctx, &row, &mut draft);
+            prev = match draft.tokens.last() {
+                Some(&t) => self.row_of(t)?,
+                None => None,
+            };
+        }
+        Ok(draft)
+    }
+
+    /// A candidate tree from chained heads, a level per LM-head call: each level expands its
+    /// likeliest nodes (at most `TREE_EXPAND`, and only those that could still make the
+    /// budget) into their `TREE_TOP_N` likeliest children, head d reading the node's token.
+    fn chained_tree(
+        &self,
+        h: &[f32],
+        e: Option<&[f32]>,
+        budget: usize,
+    ) -> Result<DraftTree, DraftError> {
+        let mut pool: Vec<PoolNode> = Vec::new();
+        let mut level: Vec<usize> = Vec::new();
+        for d in 0..self.heads.num_heads().min(budget) {
+            let parents: Vec<Option<usize>> = if d == 0 {
+                vec![None]
+            } else {
+                let bar = kth_joint(&pool, budget);
+                let mut open: Vec<usize> = level
+                    .iter()
+                    .copied()
+                    .filter(|&i| pool[i].joint >= bar)
+                    .collect();
+                open.sort_by(|&a, &b| pool[b].joint.total_cmp(&pool[a].joint));
+                open.truncate(TREE_EXPAND);
+                open.into_iter().map(Some).collect()
+            };
+            if parents.is_empty() {
+                break;
+            }
+            let z = self.heads.shared_part(d, h, e);
+            let mut states = Vec::with_capacity(parents.len() * h.len());
+            for p in &parents {
+                let prev = match p {
+                    None => e.map(<[f32]>::to_vec),
+                    Some(i) => self.row_of(pool[*i].token)?,
+                };
+                states.extend(self.heads.finish(d, h, &z, prev.as_deref()));
+            }
+            let logits = self.logits(&states, parents.len())?;
+            level.clear();
+            for (&parent, row) in parents
+                .iter()
+                .zip(logits.chunks_exact(self.lm_head.vocab()))
+            {
+                let joint = parent.map_or(1.0, |i| pool[i].joint);
+                for (token, p) in top_n(row, TREE_TOP_N) {
+                    level.push(pool.len());
+                    pool.push(PoolNode {
+                        token,
+                        joint: joint * p,
+                        parent,
+                        depth: d + 1,
+                    });
+                }
+            }
+        }
+        Ok(select_tree(&pool, budget))
+    }
+}
+
+/// The `budget`-th highest likelihood in the pool (0 while it holds fewer): a node below it
+/// cannot make the tree, nor can its children, which are never likelier.
+fn kth_joint(pool: &[PoolNode], budget: usize) -> f32 {
+    if budget == 0 || pool.len() < budget {
+        return 0.0;
+    }
+    let mut joints: Vec<f32> = pool.iter().map(|n| n.joint).collect();
+    let (_, kth, _) = joints.select_nth_unstable_by(budget - 1, |a, b| b.total_cmp(a));
+    *kth
 }
 
 #[cfg(test)]
@@ -352,14 +383,6 @@ mod tests {
     }
 
     #[test]
-    fn the_lane_dot_product_equals_the_plain_one() {
-        let a: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..37).map(|i| (i as f32 * 0.91).cos()).collect();
-        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - plain).abs() < 1e-5);
-    }
-
-    #[test]
     fn greedy_requests_get_a_tree_whose_first_path_is_the_chain() {
         let mut heads = MedusaHeads::zeros(2, 4);
         heads.b[1][3] = 8.0;
@@ -391,5 +414,75 @@ mod tests {
             .unwrap()
             .parents
             .is_none());
+    }
+
+    /// Two chained heads over `Identity`: head 1's V moves the previous token t's one-hot to
+    /// feature t + 1 (mod 4) with weight 8, so head 1 guesses the successor of its input.
+    fn successor_heads() -> MedusaHeads {
+        let mut heads = MedusaHeads::zeros(2, 4);
+        let mut v = vec![0.0; 16];
+        for t in 0..4 {
+            v[((t + 1) % 4) * 4 + t] = 8.0;
+        }
+        heads.v = vec![vec![0.0; 16], v];
+        heads
+    }
+
+    #[test]
+    fn chained_heads_draft_each_place_from_the_token_before_it() {
+        let h = [0.0, 3.0, 1.0, 0.0];
+        let greedy = SamplingParams::greedy();
+        let mut d = MedusaDrafter::new(Arc::new(successor_heads()), Arc::new(Identity), 0);
+        // Head 0 says 1 (from h); head 1 reads that 1 and says 2. Unchained, it would say 1.
+        let chain = d.propose(&ctx(Some(&h), &greedy), 2).unwrap();
+        assert_eq!(chain.tokens, [1, 2]);
+        let mut unchained = successor_heads();
+        unchained.v.clear();
+        let mut u = MedusaDrafter::new(Arc::new(unchained), Arc::new(Identity), 0);
+        assert_eq!(
+            u.propose(&ctx(Some(&h), &greedy), 2).unwrap().tokens,
+            [1, 1]
+        );
+        // Sampled: q of place 2 is head 1's distribution given the token sampled at place 1.
+        let sampled = SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::greedy()
+        };
+        for seed in 0..8 {
+            let mut d = MedusaDrafter::new(Arc::new(successor_heads()), Arc::new(Identity), seed);
+            let draft = d.propose(&ctx(Some(&h), &sampled), 2).unwrap();
+            let q = draft.q.expect("q");
+            assert_eq!(q.len(), 2);
+            assert!((q[1].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+            assert_eq!(argmax(&q[1]), (draft.tokens[0] + 1) % 4, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_chained_tree_gives_each_node_children_conditioned_on_its_token() {
+        let h = [0.0, 3.0, 1.0, 0.0];
+        let greedy = SamplingParams::greedy();
+        let heads = Arc::new(successor_heads());
+        let chain = MedusaDrafter::new(Arc::clone(&heads), Arc::new(Identity), 0)
+            .propose(&ctx(Some(&h), &greedy), 2)
+            .unwrap();
+        let mut d = MedusaDrafter::new(heads, Arc::new(Identity), 0).with_tree(8);
+        let draft = d.propose(&ctx(Some(&h), &greedy), 8).unwrap();
+        let tree = draft.as_tree().expect("a tree");
+        assert!(tree.is_well_formed() && tree.len() == 8 && tree.max_depth() == 2);
+        assert_eq!(tree.tokens[0], chain.tokens[0]);
+        // Each expanded node's likeliest child (listed first) is its token's successor.
+        for parent in 0..tree.len() {
+            if let Some(c) = (0..tree.len()).find(|&c| tree.parents[c] == Some(parent)) {
+                assert_eq!(tree.tokens[c], (tree.tokens[parent] + 1) % 4, "{tree:?}");
+            }
+        }
+        let first_child = (0..tree.len()).find(|&c| tree.parents[c] == Some(0));
+        assert_eq!(first_child.map(|c| tree.tokens[c]), Some(chain.tokens[1]));
+        // k bounds the nodes as for unchained heads.
+        assert_eq!(
+            d.propose(&ctx(Some(&h), &greedy), 3).unwrap().tokens.len(),
+            3
+        );
     }
 }

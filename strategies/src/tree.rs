@@ -161,6 +161,48 @@ pub fn build_tree(heads: &[Vec<(TokenId, f32)>], budget: usize) -> DraftTree {
     tree
 }
 
+/// A candidate node of a tree under construction: `parent` indexes the same pool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolNode {
+    pub token: TokenId,
+    /// The product of the probabilities along the node's path.
+    pub joint: f32,
+    pub parent: Option<usize>,
+    pub depth: usize,
+}
+
+/// The `budget` likeliest nodes of a candidate pool as a tree. A child is never likelier than
+/// its parent (and at a tie the shallower goes first), so every chosen node's parent is
+/// chosen before it; a node whose parent was not chosen anyway is dropped.
+pub fn select_tree(pool: &[PoolNode], budget: usize) -> DraftTree {
+    let mut order: Vec<usize> = (0..pool.len()).collect();
+    order.sort_by(|&a, &b| {
+        pool[b]
+            .joint
+            .total_cmp(&pool[a].joint)
+            .then(pool[a].depth.cmp(&pool[b].depth))
+            .then(a.cmp(&b))
+    });
+    let mut index = vec![None; pool.len()];
+    let mut tree = DraftTree::default();
+    for i in order {
+        if tree.len() == budget {
+            break;
+        }
+        let parent = match pool[i].parent {
+            None => None,
+            Some(p) => match index[p] {
+                Some(q) => Some(q),
+                None => continue,
+            },
+        };
+        index[i] = Some(tree.len());
+        tree.tokens.push(pool[i].token);
+        tree.parents.push(parent);
+    }
+    tree
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +290,35 @@ mod tests {
         assert_eq!(t.parents, vec![None, None, Some(0), Some(2)]);
         assert_eq!(build_tree(&heads, 100).len(), 2 + 4 + 4);
         assert!(build_tree(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn a_pool_gives_its_likeliest_nodes_with_parents_first() {
+        let node = |token, joint, parent, depth| PoolNode {
+            token,
+            joint,
+            parent,
+            depth,
+        };
+        // 10 (0.6) → 20 (0.3) → 30 (0.27); 10 → 21 (0.24); 11 (0.3); 11 → 22 (0.3, a tie
+        // with its parent); 12 (0.05).
+        let pool = vec![
+            node(10, 0.6, None, 1),
+            node(11, 0.3, None, 1),
+            node(12, 0.05, None, 1),
+            node(20, 0.3, Some(0), 2),
+            node(21, 0.24, Some(0), 2),
+            node(22, 0.3, Some(1), 2),
+            node(30, 0.27, Some(3), 3),
+        ];
+        let t = select_tree(&pool, 5);
+        assert!(t.is_well_formed());
+        assert_eq!(t.tokens, vec![10, 11, 20, 22, 30]);
+        assert_eq!(t.parents, vec![None, None, Some(0), Some(1), Some(2)]);
+        assert_eq!(select_tree(&pool, 100).len(), 7);
+        assert!(select_tree(&pool, 0).is_empty());
+        // A child likelier than its parent (not a real pool) never lands without it.
+        let odd = vec![node(1, 0.1, None, 1), node(2, 0.2, Some(0), 2)];
+        assert_eq!(select_tree(&odd, 1).tokens, vec![1]);
     }
 }
