@@ -88,9 +88,8 @@ fn training_lowers_the_loss_and_raises_accuracy() {
     }
 }
 
-#[test]
-fn heads_learn_from_the_pending_token_and_draft_as_they_trained() {
-    let (data, frozen) = synthetic(512, 2, Labels::CopyPending);
+/// Two heads of width 8 after 400 steps of 32 pairs (seed 0).
+fn trained_two_heads(data: &HeadsData, frozen: &FrozenHead) -> Trainer {
     let mut t = Trainer::new(2, 8).unwrap();
     let s = Schedule {
         steps: 400,
@@ -98,7 +97,14 @@ fn heads_learn_from_the_pending_token_and_draft_as_they_trained() {
         lr: 3e-2,
         seed: 0,
     };
-    train(&mut t, &data, &frozen, s, 400, None, &mut std::io::sink()).unwrap();
+    train(&mut t, data, frozen, s, 400, None, &mut std::io::sink()).unwrap();
+    t
+}
+
+#[test]
+fn heads_learn_from_the_pending_token_and_draft_as_they_trained() {
+    let (data, frozen) = synthetic(512, 2, Labels::CopyPending);
+    let t = trained_two_heads(&data, &frozen);
     // Head 0 copies the pending token: h says nothing of it, so only U can carry it; 12
     // of the 16 tokens have an embedding.
     let acc = t.accuracy(&data, &frozen).unwrap();
@@ -143,14 +149,7 @@ fn assert_drafting_matches_training(t: &Trainer, data: &HeadsData, frozen: &Froz
 #[test]
 fn chained_heads_learn_from_the_token_before_their_target() {
     let (data, frozen) = synthetic(512, 2, Labels::Successor);
-    let mut t = Trainer::new(2, 8).unwrap();
-    let s = Schedule {
-        steps: 400,
-        batch: 32,
-        lr: 3e-2,
-        seed: 0,
-    };
-    train(&mut t, &data, &frozen, s, 400, None, &mut std::io::sink()).unwrap();
+    let t = trained_two_heads(&data, &frozen);
     let acc = t.accuracy(&data, &frozen).unwrap();
     // Head 1's label follows from head 0's, which only V reads; head 0's is noise.
     assert!(acc.per_head[1].0 > 0.6, "successor head {:?}", acc.per_head);
