@@ -105,8 +105,10 @@ impl LmHead for TargetLmHead {
             .map_err(|e| DraftError(e.to_string()))
     }
 
-    fn token_row(&self, token: TokenId) -> Option<Vec<f32>> {
-        self.rows.row(token as usize).ok().flatten()
+    fn token_row(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
+        self.rows
+            .row(token as usize)
+            .map_err(|e| DraftError(format!("LM-head row {token}: {e}")))
     }
 }
 

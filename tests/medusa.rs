@@ -141,10 +141,17 @@ fn shipped_heads_chain_read_the_rows_training_used_and_older_formats_still_load(
     let lm = specgate::train_heads::lm_head_f32(&model).unwrap();
     for t in [0u32, 17, 2000, (medusa_heads::EMBED_VOCAB - 1) as u32] {
         let want = lm.get(t as usize).unwrap().to_vec1::<f32>().unwrap();
-        assert_eq!(shipped.lm_head.token_row(t), Some(want), "token {t}");
+        assert_eq!(
+            shipped.lm_head.token_row(t).unwrap(),
+            Some(want),
+            "token {t}"
+        );
     }
     assert_eq!(
-        shipped.lm_head.token_row(medusa_heads::EMBED_VOCAB as u32),
+        shipped
+            .lm_head
+            .token_row(medusa_heads::EMBED_VOCAB as u32)
+            .unwrap(),
         None
     );
     // Older formats round-trip and load: 2 (no V) and 1 (no U either).

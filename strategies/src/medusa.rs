@@ -25,10 +25,11 @@ pub trait LmHead: Send + Sync {
         self.vocab()
     }
     /// Row `token` of the LM head ([hidden]): the embedding token-conditioned heads read.
-    /// None past `vocab()` (the heads were trained with a zero vector there) or when the head
-    /// cannot give rows.
-    fn token_row(&self, _token: TokenId) -> Option<Vec<f32>> {
-        None
+    /// None past the embedding vocabulary (the heads were trained with a zero vector there)
+    /// or when the head keeps no rows; an error when a row it has cannot be read (a drafter
+    /// fault, counted as one, rather than a silently zeroed embedding).
+    fn token_row(&self, _token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
+        Ok(None)
     }
 }
 
@@ -87,16 +88,10 @@ impl Drafter for MedusaDrafter {
         if n == 0 {
             return Ok(Draft::empty());
         }
-        let e = if self.heads.token_conditioned() {
-            ctx.tokens.last().and_then(|&t| self.lm_head.token_row(t))
-        } else {
-            None
+        let e = match ctx.tokens.last() {
+            Some(&t) if self.heads.token_conditioned() => self.row_of(t)?,
+            _ => None,
         };
-        if e.as_ref().is_some_and(|e| e.len() != h.len()) {
-            return Err(DraftError(
-                "the LM head returned a row of the wrong width".into(),
-            ));
-        }
         let e = e.as_deref();
         let greedy = ctx.sampling.is_greedy();
         if self.heads.chained() {
@@ -149,7 +144,7 @@ impl MedusaDrafter {
 
     /// The embedding a chained head reads for `token` (None: a zero vector, as in training).
     fn row_of(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
-        let row = self.lm_head.token_row(token);
+        let row = self.lm_head.token_row(token)?;
         if row.as_ref().is_some_and(|r| r.len() != self.heads.hidden) {
             return Err(DraftError(
                 "the LM head returned a row of the wrong width".into(),
@@ -264,9 +259,9 @@ mod tests {
         fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError> {
             Ok(rows.to_vec())
         }
-        fn token_row(&self, token: TokenId) -> Option<Vec<f32>> {
+        fn token_row(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
             let t = token as usize;
-            (t < 4).then(|| (0..4).map(|i| f32::from(u8::from(i == t))).collect())
+            Ok((t < 4).then(|| (0..4).map(|i| f32::from(u8::from(i == t))).collect()))
         }
     }
 
@@ -326,6 +321,35 @@ mod tests {
             ..ctx(Some(&h), &sp)
         };
         assert_eq!(d.propose(&past_vocab, 1).unwrap().tokens, [1]);
+    }
+
+    /// An LM head whose rows cannot be read.
+    struct BrokenRows;
+
+    impl LmHead for BrokenRows {
+        fn vocab(&self) -> usize {
+            4
+        }
+        fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError> {
+            Ok(rows.to_vec())
+        }
+        fn token_row(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
+            Err(DraftError(format!("row {token} is corrupt")))
+        }
+    }
+
+    #[test]
+    fn an_unreadable_embedding_row_is_a_drafter_fault_not_a_zero_embedding() {
+        let mut heads = MedusaHeads::zeros(1, 4);
+        heads.u = vec![vec![0.0; 16]];
+        let (h, sp) = ([0.0, 3.0, 1.0, 0.0], SamplingParams::greedy());
+        let mut d = MedusaDrafter::new(Arc::new(heads), Arc::new(BrokenRows), 0);
+        let err = d.propose(&ctx(Some(&h), &sp), 1).unwrap_err();
+        assert!(err.0.contains("row 2 is corrupt"), "{err:?}");
+        // Heads that read no embedding never ask for a row.
+        let mut plain =
+            MedusaDrafter::new(Arc::new(MedusaHeads::zeros(1, 4)), Arc::new(BrokenRows), 0);
+        assert_eq!(plain.propose(&ctx(Some(&h), &sp), 1).unwrap().tokens, [1]);
     }
 
     #[test]
