@@ -312,21 +312,13 @@ impl Block {
     }
 }
 
+/// The engine's own angle tables (ggml's construction), as tensors [n, pairs].
 fn rope_tables(n: usize, base: f32) -> Result<(Tensor, Tensor)> {
-    let pairs = 32;
-    let scale = base.powf(-2.0 / 64.0);
-    let (mut c, mut s) = (Vec::new(), Vec::new());
-    for p in 0..n {
-        let mut th = p as f32;
-        for _ in 0..pairs {
-            c.push(th.cos());
-            s.push(th.sin());
-            th *= scale;
-        }
-    }
+    let rope = specgate::model::Rope::new(64, base, n);
+    let (cos, sin) = rope.tables();
     Ok((
-        Tensor::from_vec(c, (n, pairs), &Device::Cpu)?,
-        Tensor::from_vec(s, (n, pairs), &Device::Cpu)?,
+        Tensor::from_slice(cos, (n, 32), &Device::Cpu)?,
+        Tensor::from_slice(sin, (n, 32), &Device::Cpu)?,
     ))
 }
 

@@ -27,7 +27,7 @@ pub use weights::{first_rows, lm_head_rows, lm_head_tensor, read_header, QuantRo
 pub type GgufMetadata = HashMap<String, candle_core::quantized::gguf_file::Value>;
 
 use attention::{causal_attention, tree_attention, AttnShape, QueryRows};
-use rope::Rope;
+pub use rope::Rope;
 use weights::Weights;
 
 /// Everything that can go wrong loading or running a model.

@@ -28,6 +28,11 @@ impl Rope {
         Self { pairs, cos, sin }
     }
 
+    /// The angle tables, [positions, pairs] each: (cos, sin).
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// Positions the table covers.
     pub fn positions(&self) -> usize {
         self.cos.len() / self.pairs.max(1)
