@@ -231,7 +231,7 @@ pub mod x86 {
     /// the eight lanes' sums of four byte products to `acc` (no i16 saturation on the
     /// maddubs path: nibbles reach 2·15·127, sign-trick Q8_0 pairs 2·128·127).
     macro_rules! tile256 {
-        ($features:literal, $name:ident, $dot:ident) => {
+        ($features:literal, $name:ident, $dot:ident, $nibbles:ident) => {
             /// # Safety
             /// The CPU must have the target features; `g` and `a` must hold `a.blocks`
             /// blocks and rows `r0..r0 + R`.
@@ -288,16 +288,19 @@ pub mod x86 {
                                 }
                                 continue;
                             }
-                            let mut isum = _mm256_setzero_si256();
-                            for (c, &wc) in w.iter().enumerate() {
-                                let yc = _mm256_set1_epi32(chunk(y, c));
-                                isum = if F == Q8_0 {
+                            let mut isum = if F == Q8_0 {
+                                let mut isum = _mm256_setzero_si256();
+                                for (c, &wc) in w.iter().enumerate() {
+                                    let yc = _mm256_set1_epi32(chunk(y, c));
                                     // |w| times the activations with w's sign moved onto them.
-                                    $dot(isum, _mm256_sign_epi8(wc, wc), _mm256_sign_epi8(yc, wc))
-                                } else {
-                                    $dot(isum, wc, yc)
-                                };
-                            }
+                                    let (x, yc) =
+                                        (_mm256_sign_epi8(wc, wc), _mm256_sign_epi8(yc, wc));
+                                    isum = $dot(isum, x, yc);
+                                }
+                                isum
+                            } else {
+                                $nibbles(&w, y)
+                            };
                             if F == Q4_0 {
                                 let o = _mm256_set1_epi32(8 * a.sum(i));
                                 isum = _mm256_sub_epi32(isum, o);
@@ -334,8 +337,31 @@ pub mod x86 {
         _mm256_dpbusd_avx_epi32(acc, x, y)
     }
 
-    tile256!("avx2,fma,f16c", tile_avx2, dot_avx2);
-    tile256!("avx2,fma,f16c,avxvnni", tile_vnni, dot_vnni);
+    /// A 4-bit block's eight segments (nibbles 0..=15) against activations `y`, as the
+    /// eight features' i32 sums. The pair sums of `maddubs` are added in i16 and widened
+    /// once: |Σ| ≤ 8 · 2 · 15 · 127 = 30 480 fits, so the result is exact and one multiply
+    /// per segment is saved, which is what bounds this kernel at several rows.
+    #[inline(always)]
+    unsafe fn nibbles_avx2(w: &[__m256i; 8], y: *const i8) -> __m256i {
+        let mut pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(chunk(y, 0)));
+        for (c, &wc) in w.iter().enumerate().skip(1) {
+            let yc = _mm256_set1_epi32(chunk(y, c));
+            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(wc, yc));
+        }
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+
+    #[inline(always)]
+    unsafe fn nibbles_vnni(w: &[__m256i; 8], y: *const i8) -> __m256i {
+        let mut isum = _mm256_setzero_si256();
+        for (c, &wc) in w.iter().enumerate() {
+            isum = dot_vnni(isum, wc, _mm256_set1_epi32(chunk(y, c)));
+        }
+        isum
+    }
+
+    tile256!("avx2,fma,f16c", tile_avx2, dot_avx2, nibbles_avx2);
+    tile256!("avx2,fma,f16c,avxvnni", tile_vnni, dot_vnni, nibbles_vnni);
 
     /// The AVX-VNNI instruction in its AVX-512 encoding: lets the tests run the AVX-VNNI
     /// kernel's logic on CPUs that have AVX-512 VNNI but not AVX-VNNI (AMD Zen 4).
@@ -346,10 +372,21 @@ pub mod x86 {
     }
 
     #[cfg(test)]
+    #[inline(always)]
+    unsafe fn nibbles_vnni_evex(w: &[__m256i; 8], y: *const i8) -> __m256i {
+        let mut isum = _mm256_setzero_si256();
+        for (c, &wc) in w.iter().enumerate() {
+            isum = dot_vnni_evex(isum, wc, _mm256_set1_epi32(chunk(y, c)));
+        }
+        isum
+    }
+
+    #[cfg(test)]
     tile256!(
         "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
         tile_vnni_evex,
-        dot_vnni_evex
+        dot_vnni_evex,
+        nibbles_vnni_evex
     );
 }
 

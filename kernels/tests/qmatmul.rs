@@ -125,3 +125,50 @@ fn bad_shapes_are_refused() {
     assert!(QuantMatrix::from_ggml_bytes(QuantFormat::Q8_0, 2, 33, &[0; 68]).is_err());
     assert!(QuantMatrix::from_ggml_bytes(QuantFormat::Q4_1, 2, 32, &[0; 39]).is_err());
 }
+
+/// The largest integer sums a block can make: every nibble 15 (or every Q8_0 weight ±127)
+/// against activations that all quantize to +127 or all to −127. Kernels that add products
+/// in 16-bit lanes before widening must still equal the reference exactly.
+#[test]
+fn saturated_blocks_against_saturated_activations_stay_exact() {
+    let blocks: usize = 4;
+    for format in [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q8_0] {
+        let out_dim = 19;
+        let mut bytes = Vec::new();
+        for b in 0..out_dim * blocks {
+            bytes.extend_from_slice(&f16::from_f32(0.5).to_le_bytes());
+            if format == QuantFormat::Q4_1 {
+                bytes.extend_from_slice(&f16::from_f32(-0.25).to_le_bytes());
+            }
+            let q = match format {
+                QuantFormat::Q8_0 if (b / blocks).is_multiple_of(2) => 0x7F, // +127
+                QuantFormat::Q8_0 => 0x81,                                   // −127
+                _ => 0xFF,
+            };
+            bytes.extend(std::iter::repeat_n(q, format.quant_bytes()));
+        }
+        let m = QuantMatrix::from_ggml_bytes(format, out_dim, blocks * QK, &bytes).unwrap();
+        for rows in [1, 3, 8, 9] {
+            let x: Vec<f32> = (0..rows * blocks * QK)
+                .map(|i| {
+                    if (i / (blocks * QK)).is_multiple_of(2) {
+                        3.0
+                    } else {
+                        -3.0
+                    }
+                })
+                .collect();
+            let reference = m.matmul_with(&x, Isa::Portable);
+            // 32 products of 15 (or 127) by 127 per block, times d_w · d_a, summed.
+            let top = reference.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            assert!(top > 100.0, "{format:?}: the sums must be large, got {top}");
+            for isa in Isa::available() {
+                assert_eq!(
+                    m.matmul_with(&x, isa),
+                    reference,
+                    "{format:?} {isa:?} rows {rows}"
+                );
+            }
+        }
+    }
+}
