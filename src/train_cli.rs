@@ -44,6 +44,13 @@ pub struct TrainHeadsArgs {
     /// Every n-th sequence is held out for the accuracy report.
     #[arg(long, default_value_t = 8)]
     holdout_every: usize,
+    /// Extra continuations per training prompt that sample their first tokens (temperature 1,
+    /// top-p 0.95) before turning greedy: more, and more varied, training states.
+    #[arg(long, default_value_t = 0)]
+    sampled_variants: usize,
+    /// Most tokens a sampled-prefix continuation samples (each draws 1..=this).
+    #[arg(long, default_value_t = 24)]
+    max_sampled_prefix: usize,
     /// Start over instead of resuming from the work directory.
     #[arg(long)]
     fresh: bool,
@@ -124,12 +131,17 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         load_data(&data_path)?
     } else {
         writeln!(log, "generating continuations of {} prompts", prompts.len())?;
+        let variants = train_heads::Variants {
+            extra: args.sampled_variants,
+            max_prefix: args.max_sampled_prefix,
+            seed: args.seed,
+        };
         let (train, held) = train_heads::collect(
             &mut lm,
             &prompts,
             args.max_new_tokens,
-            32,
             args.heads,
+            variants,
             args.holdout_every,
         )?;
         save_data(&data_path, &train, &held)?;

@@ -1,5 +1,6 @@
 //! `specgate train-heads`: Medusa heads by self-distillation on CPU. The target generates
-//! greedy continuations of a prompt file; every generated position gives the hidden state h_j
+//! greedy continuations of a prompt file (and, if asked, more that start with a few sampled
+//! tokens); every generated position gives the hidden state h_j
 //! of the row that produced token y_j, and head i learns y_{j+1+i} from h_j and y_j, through
 //! the frozen LM head (see `heads_trainer`; seeded, checkpointed). Accuracy is reported on
 //! held-out sequences.
@@ -8,10 +9,10 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use specgate_strategies::{argmax, TokenId};
+use specgate_strategies::{argmax, SamplingParams, TokenId};
 
 pub use crate::heads_trainer::{masked_cross_entropy, Accuracy, Batch, FrozenHead, Trainer};
 
@@ -48,9 +49,10 @@ impl HeadsData {
         self.len() == 0
     }
 
-    /// Pairs from one generated sequence: `hidden[j]` produced `tokens[j]`.
-    fn push_sequence(&mut self, hidden: &[Vec<f32>], tokens: &[TokenId]) {
-        for j in 0..tokens.len().saturating_sub(self.heads) {
+    /// Pairs from one generated sequence: `hidden[j]` produced `tokens[j]`; positions before
+    /// `from` are skipped (their labels would include sampled tokens).
+    fn push_sequence(&mut self, hidden: &[Vec<f32>], tokens: &[TokenId], from: usize) {
+        for j in from..tokens.len().saturating_sub(self.heads) {
             self.hidden.extend_from_slice(&hidden[j]);
             self.pending.push(tokens[j]);
             self.labels
@@ -84,71 +86,162 @@ impl HeadsData {
     }
 }
 
-/// Greedy continuations of `prompts` (already token ids), `batch` sequences per ragged pass;
-/// returns (training pairs, held-out pairs) split by sequence.
-pub fn collect(
+/// Which continuations to generate: every prompt's greedy one, and for prompts that are not
+/// held out, `extra` more whose first 1..=`max_prefix` tokens are sampled (temperature 1,
+/// top-p 0.95, seeded) before decoding turns greedy. The sampled prefix puts the target in
+/// states its greedy path never visits; the greedy rest keeps the labels what a greedy
+/// request will be verified against.
+#[derive(Debug, Clone, Copy)]
+pub struct Variants {
+    pub extra: usize,
+    pub max_prefix: usize,
+    pub seed: u64,
+}
+
+impl Variants {
+    pub const NONE: Variants = Variants {
+        extra: 0,
+        max_prefix: 0,
+        seed: 0,
+    };
+}
+
+/// One generated continuation: `hidden[j]` produced `tokens[j]`; `tokens[greedy_from..]` are
+/// the target's greedy choices given the prompt and everything before them.
+#[derive(Debug, Clone)]
+pub struct Continuation {
+    pub prompt: usize,
+    pub tokens: Vec<TokenId>,
+    pub hidden: Vec<Vec<f32>>,
+    pub greedy_from: usize,
+}
+
+/// The continuations `variants` asks for, `batch` sequences per ragged pass. Prompt p is held
+/// out when p is a multiple of `holdout_every`.
+pub fn continuations(
     lm: &mut LoadedModel,
     prompts: &[Vec<TokenId>],
     max_new: usize,
     batch: usize,
-    heads: usize,
+    variants: Variants,
     holdout_every: usize,
-) -> Result<(HeadsData, HeadsData), TrainError> {
-    let dim = lm.model.config().hidden;
+) -> Result<Vec<Continuation>, TrainError> {
+    let held_out = |p: usize| p.is_multiple_of(holdout_every.max(2));
+    let jobs: Vec<(usize, usize)> = (0..prompts.len())
+        .flat_map(|p| {
+            let extra = if held_out(p) { 0 } else { variants.extra };
+            (0..=extra).map(move |v| (p, v))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(jobs.len());
+    for chunk in jobs.chunks(batch.max(1)) {
+        out.extend(continue_batch(lm, prompts, chunk, max_new, variants)?);
+    }
+    Ok(out)
+}
+
+/// One ragged batch of (prompt, variant) jobs, decoded together to `max_new` tokens or EOS.
+fn continue_batch(
+    lm: &mut LoadedModel,
+    prompts: &[Vec<TokenId>],
+    jobs: &[(usize, usize)],
+    max_new: usize,
+    variants: Variants,
+) -> Result<Vec<Continuation>, TrainError> {
     let eos = lm.tokenizer.eos();
-    let empty = HeadsData {
-        hidden: Vec::new(),
-        pending: Vec::new(),
-        labels: Vec::new(),
-        dim,
-        heads,
+    let sampled = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 0.95,
+        min_p: 0.0,
     };
-    let (mut train, mut held) = (empty.clone(), empty);
     let opts = ForwardOptions {
         hidden: true,
         ..ForwardOptions::default()
     };
-    for (c, chunk) in prompts.chunks(batch.max(1)).enumerate() {
-        let seqs: Vec<_> = chunk.iter().map(|_| lm.model.new_sequence()).collect();
-        let mut inputs: Vec<Vec<TokenId>> = chunk.to_vec();
-        let mut hidden: Vec<Vec<Vec<f32>>> = vec![Vec::new(); chunk.len()];
-        let mut tokens: Vec<Vec<TokenId>> = vec![Vec::new(); chunk.len()];
-        let mut live: Vec<usize> = (0..chunk.len()).collect();
-        for _ in 0..max_new {
-            if live.is_empty() {
-                break;
-            }
-            let items: Vec<BatchItem<'_>> = live
-                .iter()
-                .map(|&s| BatchItem {
-                    tree: None,
-                    seq: seqs[s],
-                    tokens: &inputs[s],
-                    logits: LogitRows::Last,
-                })
-                .collect();
-            let out = lm.model.forward(&items, opts)?;
-            let mut next_live = Vec::new();
-            for (slot, &s) in live.iter().enumerate() {
-                let y = argmax(out.row(slot, 0));
-                hidden[s].push(out.item_hidden(slot).to_vec());
-                tokens[s].push(y);
-                inputs[s] = vec![y];
-                if y != eos {
-                    next_live.push(s);
-                }
-            }
-            live = next_live;
-        }
-        for (s, seq) in seqs.into_iter().enumerate() {
-            lm.model.release(seq);
-            let into = if (c * batch + s).is_multiple_of(holdout_every.max(2)) {
-                &mut held
+    let mut rngs: Vec<ChaCha8Rng> = jobs
+        .iter()
+        .map(|&(p, v)| ChaCha8Rng::seed_from_u64(variants.seed ^ ((p as u64) << 16 | v as u64)))
+        .collect();
+    let mut seqs: Vec<Continuation> = jobs
+        .iter()
+        .zip(&mut rngs)
+        .map(|(&(p, v), rng)| Continuation {
+            prompt: p,
+            tokens: Vec::new(),
+            hidden: Vec::new(),
+            greedy_from: if v == 0 {
+                0
             } else {
-                &mut train
-            };
-            into.push_sequence(&hidden[s], &tokens[s]);
+                rng.random_range(1..=variants.max_prefix.max(1))
+            },
+        })
+        .collect();
+    let ids: Vec<_> = jobs.iter().map(|_| lm.model.new_sequence()).collect();
+    let mut inputs: Vec<Vec<TokenId>> = jobs.iter().map(|&(p, _)| prompts[p].clone()).collect();
+    let mut live: Vec<usize> = (0..jobs.len()).collect();
+    for _ in 0..max_new {
+        if live.is_empty() {
+            break;
         }
+        let items: Vec<BatchItem<'_>> = live
+            .iter()
+            .map(|&s| BatchItem {
+                tree: None,
+                seq: ids[s],
+                tokens: &inputs[s],
+                logits: LogitRows::Last,
+            })
+            .collect();
+        let out = lm.model.forward(&items, opts)?;
+        let mut next_live = Vec::new();
+        for (slot, &s) in live.iter().enumerate() {
+            let c = &mut seqs[s];
+            let y = if c.tokens.len() < c.greedy_from {
+                sampled.sample(out.row(slot, 0), &mut rngs[s])
+            } else {
+                argmax(out.row(slot, 0))
+            };
+            c.hidden.push(out.item_hidden(slot).to_vec());
+            c.tokens.push(y);
+            inputs[s] = vec![y];
+            if y != eos {
+                next_live.push(s);
+            }
+        }
+        live = next_live;
+    }
+    for id in ids {
+        lm.model.release(id);
+    }
+    Ok(seqs)
+}
+
+/// Greedy continuations of `prompts` (already token ids), plus the sampled-prefix ones
+/// `variants` asks for; returns (training pairs, held-out pairs) split by prompt.
+pub fn collect(
+    lm: &mut LoadedModel,
+    prompts: &[Vec<TokenId>],
+    max_new: usize,
+    heads: usize,
+    variants: Variants,
+    holdout_every: usize,
+) -> Result<(HeadsData, HeadsData), TrainError> {
+    let empty = HeadsData {
+        hidden: Vec::new(),
+        pending: Vec::new(),
+        labels: Vec::new(),
+        dim: lm.model.config().hidden,
+        heads,
+    };
+    let (mut train, mut held) = (empty.clone(), empty);
+    for c in continuations(lm, prompts, max_new, 32, variants, holdout_every)? {
+        let into = if c.prompt.is_multiple_of(holdout_every.max(2)) {
+            &mut held
+        } else {
+            &mut train
+        };
+        into.push_sequence(&c.hidden, &c.tokens, c.greedy_from.saturating_sub(1));
     }
     Ok((train, held))
 }
