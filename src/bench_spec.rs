@@ -64,6 +64,8 @@ pub struct SpecBenchConfig {
     pub prompts_per_set: usize,
     pub max_tokens: usize,
     pub draft_model: Option<PathBuf>,
+    /// Medusa heads' directory (None: the shipped heads for the model).
+    pub medusa_heads: Option<PathBuf>,
     pub exit_layer: usize,
     pub sampling: SamplingParams,
 }
@@ -112,7 +114,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         exit_layer: cfg.exit_layer,
         suffix_cache: None,
         seed: 0,
-        medusa_heads: None,
+        medusa_heads: cfg.medusa_heads.clone(),
     };
     // Model drafters load weights once and serve every k. Suffix drafters get one cache per
     // k: a shared cache would hold this very prompt's output from the previous k's run and

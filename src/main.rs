@@ -93,6 +93,9 @@ enum BenchCommand {
         max_tokens: usize,
         #[arg(long)]
         draft_model: Option<PathBuf>,
+        /// Medusa heads' directory for the medusa strategies (default: the shipped heads).
+        #[arg(long)]
+        medusa_heads: Option<PathBuf>,
         #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
         exit_layer: usize,
         #[arg(long, default_value_t = 0.0)]
@@ -290,6 +293,7 @@ fn run() -> Result<()> {
                     prompts_per_set,
                     max_tokens,
                     draft_model,
+                    medusa_heads,
                     exit_layer,
                     temperature,
                     out,
@@ -305,7 +309,9 @@ fn run() -> Result<()> {
                 if draft_model.is_some() {
                     strategies.push(StrategyKind::Draft);
                 }
-                let heads = specgate::medusa_heads::default_dir(&model);
+                let heads = medusa_heads
+                    .clone()
+                    .unwrap_or_else(|| specgate::medusa_heads::default_dir(&model));
                 if heads.join("heads.json").exists() {
                     strategies.extend([
                         StrategyKind::Medusa,
@@ -322,6 +328,7 @@ fn run() -> Result<()> {
                 prompts_per_set,
                 max_tokens,
                 draft_model,
+                medusa_heads,
                 exit_layer,
                 sampling: SamplingParams {
                     temperature,
