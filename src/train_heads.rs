@@ -1,9 +1,8 @@
 //! `specgate train-heads`: Medusa heads by self-distillation on CPU. The target generates
 //! greedy continuations of a prompt file (and, if asked, more that start with a few sampled
-//! tokens); every generated position gives the hidden state h_j
-//! of the row that produced token y_j, and head i learns y_{j+1+i} from h_j and y_j, through
-//! the frozen LM head (see `heads_trainer`; seeded, checkpointed). Accuracy is reported on
-//! held-out sequences.
+//! tokens); every generated position gives the hidden state h_j of the row that produced
+//! token y_j, and head i learns y_{j+1+i} from h_j and y_j, through the frozen LM head (see
+//! `heads_trainer`; seeded, checkpointed). Accuracy is reported on held-out sequences.
 
 use std::path::Path;
 
@@ -126,18 +125,30 @@ pub fn continuations(
     variants: Variants,
     holdout_every: usize,
 ) -> Result<Vec<Continuation>, TrainError> {
-    let held_out = |p: usize| p.is_multiple_of(holdout_every.max(2));
-    let jobs: Vec<(usize, usize)> = (0..prompts.len())
-        .flat_map(|p| {
-            let extra = if held_out(p) { 0 } else { variants.extra };
-            (0..=extra).map(move |v| (p, v))
-        })
-        .collect();
+    let jobs = jobs(prompts.len(), variants, holdout_every);
     let mut out = Vec::with_capacity(jobs.len());
     for chunk in jobs.chunks(batch.max(1)) {
         out.extend(continue_batch(lm, prompts, chunk, max_new, variants)?);
     }
     Ok(out)
+}
+
+fn held_out(prompt: usize, holdout_every: usize) -> bool {
+    prompt.is_multiple_of(holdout_every.max(2))
+}
+
+/// (prompt, variant) pairs to generate, variant 0 being the greedy continuation.
+fn jobs(prompts: usize, variants: Variants, holdout_every: usize) -> Vec<(usize, usize)> {
+    (0..prompts)
+        .flat_map(|p| {
+            let extra = if held_out(p, holdout_every) {
+                0
+            } else {
+                variants.extra
+            };
+            (0..=extra).map(move |v| (p, v))
+        })
+        .collect()
 }
 
 /// One ragged batch of (prompt, variant) jobs, decoded together to `max_new` tokens or EOS.
@@ -235,13 +246,16 @@ pub fn collect(
         heads,
     };
     let (mut train, mut held) = (empty.clone(), empty);
-    for c in continuations(lm, prompts, max_new, 32, variants, holdout_every)? {
-        let into = if c.prompt.is_multiple_of(holdout_every.max(2)) {
-            &mut held
-        } else {
-            &mut train
-        };
-        into.push_sequence(&c.hidden, &c.tokens, c.greedy_from.saturating_sub(1));
+    // Batch by batch, so only one batch's hidden states are held twice.
+    for chunk in jobs(prompts.len(), variants, holdout_every).chunks(32) {
+        for c in continue_batch(lm, prompts, chunk, max_new, variants)? {
+            let into = if held_out(c.prompt, holdout_every) {
+                &mut held
+            } else {
+                &mut train
+            };
+            into.push_sequence(&c.hidden, &c.tokens, c.greedy_from.saturating_sub(1));
+        }
     }
     Ok((train, held))
 }

@@ -10,19 +10,12 @@ use specgate::engine::{
     EngineConfig, EngineHandle, Event, RouteLabels, Submission, SubmitError, Summary,
 };
 use specgate::generate::{generate, GenerateParams};
-use specgate::loaded::LoadedModel;
 use specgate::SamplingParams;
 use specgate_policies::{SpecPlan, WorkloadClass};
 use specgate_strategies::{NgramDrafter, PlainDrafter, StrategyKind, TokenId};
 use tokio::sync::mpsc;
 
-fn tiny_model() -> (tempfile::TempDir, LoadedModel) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    common::tiny::write_tiny_llama(&path);
-    let lm = LoadedModel::load(&path).unwrap();
-    (dir, lm)
-}
+use common::tiny::load_tiny_llama as tiny_model;
 
 fn params(max_tokens: usize, k: usize) -> GenerateParams {
     GenerateParams {

@@ -9,13 +9,7 @@ use specgate::model::LogitRows;
 use specgate::train_heads::{self, Continuation, Variants};
 use specgate_strategies::{argmax, TokenId};
 
-fn tiny_model() -> (tempfile::TempDir, LoadedModel) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    common::tiny::write_tiny_llama(&path);
-    let lm = LoadedModel::load(&path).unwrap();
-    (dir, lm)
-}
+use common::tiny::load_tiny_llama as tiny_model;
 
 /// Greedy decoding of `n` tokens after `context`, one sequence alone (stops after EOS).
 fn greedy_after(lm: &mut LoadedModel, context: &[TokenId], n: usize) -> Vec<TokenId> {

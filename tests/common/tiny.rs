@@ -7,6 +7,15 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
+/// The tiny model loaded, with the temporary folder that holds its file.
+pub fn load_tiny_llama() -> (tempfile::TempDir, specgate::loaded::LoadedModel) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_llama(&path);
+    let lm = specgate::loaded::LoadedModel::load(&path).expect("the tiny model loads");
+    (dir, lm)
+}
+
 pub fn write_tiny_llama(path: &Path) {
     write_tiny_llama_as(path, GgmlDType::Q8_0, 32);
 }
