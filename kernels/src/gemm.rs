@@ -229,7 +229,8 @@ pub mod x86 {
 
     /// 256-bit kernels: the group as two halves of eight features. `$dot(acc, u8, i8)` adds
     /// the eight lanes' sums of four byte products to `acc` (no i16 saturation on the
-    /// maddubs path: nibbles reach 2·15·127, sign-trick Q8_0 pairs 2·128·127).
+    /// maddubs path: nibbles reach 2·15·127, sign-trick Q8_0 pairs 2·128·127);
+    /// `$nibbles(w, y)` gives a 4-bit block's eight lanes' sums over all its segments.
     macro_rules! tile256 {
         ($features:literal, $name:ident, $dot:ident, $nibbles:ident) => {
             /// # Safety
