@@ -278,7 +278,7 @@ fn cells(r: &SpecRow) -> Vec<String> {
         format!("{:.2}", r.speedup_median),
         format!("{:.3}", r.alpha),
         format!("{:.3}", r.acceptance_rate),
-        format!("{:.2}", r.tokens_per_pass),
+        format!("{:.3}", r.tokens_per_pass),
         format!("{:.3}", r.c),
         format!("{:.2}", r.predicted_speedup),
         format!("{:.2}", r.verify_cost),

@@ -128,6 +128,27 @@ impl Trainer {
         })
     }
 
+    /// A trainer holding `heads` (absent U or V, or a V folded into U, read as zeros): to
+    /// measure or calibrate heads already trained. Adam starts afresh.
+    pub fn from_heads(heads: &MedusaHeads) -> Result<Self, TrainError> {
+        let (n, d) = (heads.num_heads(), heads.hidden);
+        let stack = |m: &[Vec<f32>], len: usize| -> Result<Tensor, TrainError> {
+            let mut flat = vec![0.0f32; n * len];
+            for (i, w) in m.iter().enumerate().take(n) {
+                if w.len() == len {
+                    flat[i * len..(i + 1) * len].copy_from_slice(w);
+                }
+            }
+            Ok(Tensor::from_vec(flat, n * len, &Device::Cpu)?)
+        };
+        let t = Self::new(n, d)?;
+        t.w.set(&stack(&heads.w, d * d)?.reshape((n, d, d))?)?;
+        t.u.set(&stack(&heads.u, d * d)?.reshape((n, d, d))?)?;
+        t.v.set(&stack(&heads.v, d * d)?.reshape((n, d, d))?)?;
+        t.b.set(&stack(&heads.b, d)?.reshape((n, d))?)?;
+        Ok(t)
+    }
+
     /// Logits of every head for a batch: [heads] × [n, vocab].
     pub fn logits(&self, batch: &Batch, lm: &Tensor) -> Result<Vec<Tensor>, TrainError> {
         let (x, e) = (&batch.x, &batch.e);

@@ -14,6 +14,7 @@ pub mod faults;
 pub mod fetch;
 pub mod gateway;
 pub mod generate;
+pub mod heads_calibration;
 pub mod heads_trainer;
 pub mod history;
 pub mod loaded;

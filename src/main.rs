@@ -41,6 +41,9 @@ enum Command {
     Soak(gateway_cli::SoakArgs),
     /// Train Medusa heads for the model by self-distillation (CPU), with a held-out report.
     TrainHeads(train_cli::TrainHeadsArgs),
+    /// Fit Medusa heads' temperatures (how tree drafting ranks candidates) on the held-out
+    /// continuations of their training prompts.
+    CalibrateHeads(train_cli::CalibrateHeadsArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -259,6 +262,9 @@ fn run() -> Result<()> {
         Command::Loadgen(args) => gateway_cli::run_loadgen(args),
         Command::Soak(args) => gateway_cli::run_soak(args),
         Command::TrainHeads(args) => train_cli::run(resolve_model(args.model.clone())?, args),
+        Command::CalibrateHeads(args) => {
+            train_cli::run_calibrate(resolve_model(args.model.clone())?, args)
+        }
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);

@@ -65,6 +65,10 @@ pub struct HeadsConfig {
     pub lm_head: String,
     pub target: String,
     pub target_sha256: String,
+    /// Per head, the softmax temperature that calibrates its probabilities for ranking tree
+    /// candidates (`specgate calibrate-heads`); absent: 1 for every head.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub temperatures: Vec<f32>,
 }
 
 /// Token ids the heads draft from: the first 8192 of the target's (a sixth of SmolLM2's).
@@ -174,7 +178,9 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
             ),
         ));
     }
-    let heads = read_tensors(&dir.join("heads.safetensors"), &cfg)?;
+    let mut heads = read_tensors(&dir.join("heads.safetensors"), &cfg)?;
+    heads.temperatures =
+        checked_temperatures(&cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
     Ok(MedusaBundle {
         config: cfg,
         heads: Arc::new(heads),
@@ -184,6 +190,22 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
             target_vocab: model_cfg.vocab_size,
         }),
     })
+}
+
+/// The config's temperatures: none, or one finite positive value per head.
+fn checked_temperatures(cfg: &HeadsConfig) -> Result<Vec<f32>, String> {
+    let t = &cfg.temperatures;
+    if !t.is_empty() && t.len() != cfg.num_heads {
+        return Err(format!(
+            "{} temperatures for {} heads",
+            t.len(),
+            cfg.num_heads
+        ));
+    }
+    if let Some(bad) = t.iter().find(|&&x| !(x.is_finite() && x > 0.0)) {
+        return Err(format!("temperature {bad} is not a positive number"));
+    }
+    Ok(t.clone())
 }
 
 fn tensors_error(e: impl ToString) -> MedusaError {
@@ -237,7 +259,8 @@ pub fn format_of(heads: &MedusaHeads) -> &'static str {
 }
 
 /// Write heads (stored as F16: half the size, and far below the heads' own error) and their
-/// config to `dir`; `cfg.format` must be `format_of(heads)`.
+/// config to `dir`; `cfg.format` must be `format_of(heads)`. The heads' temperatures are
+/// written into the config.
 pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), MedusaError> {
     let want = format_of(heads);
     if heads.chained() && !heads.token_conditioned() {
@@ -273,6 +296,16 @@ pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), Me
         }
     }
     candle_core::safetensors::save(&map, dir.join("heads.safetensors")).map_err(tensors_error)?;
+    let cfg = HeadsConfig {
+        temperatures: heads.temperatures.clone(),
+        ..cfg.clone()
+    };
+    write_config(dir, &cfg)
+}
+
+/// Write `dir/heads.json` (after checking its temperatures fit its heads).
+pub fn write_config(dir: &Path, cfg: &HeadsConfig) -> Result<(), MedusaError> {
+    checked_temperatures(cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
     let json = serde_json::to_string_pretty(cfg).map_err(tensors_error)?;
     std::fs::write(dir.join("heads.json"), json + "\n").map_err(|e| MedusaError::Io(e.to_string()))
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use clap::Args;
 use specgate::chat::ChatMessage;
+use specgate::heads_calibration::{self, Calibration};
 use specgate::loaded::LoadedModel;
 use specgate::medusa_heads::{self, HeadsConfig};
 use specgate::train_heads::{self, FrozenHead, HeadsData, TrainReport, Trainer};
@@ -206,7 +207,10 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
     trainer.save_checkpoint(&ckpt)?;
     let seconds_train = t.elapsed().as_secs_f64();
     let accuracy = trainer.accuracy(&held, &frozen)?;
-    let heads = trainer.heads()?;
+    let mut heads = trainer.heads()?;
+    let calibration = heads_calibration::calibrate(&trainer, &held, &frozen, CALIBRATION_PAIRS)?;
+    log_calibration(log, &calibration)?;
+    heads.temperatures = calibration.temperatures.clone();
     let cfg = lm.model.config();
     let heads_cfg = HeadsConfig {
         format: medusa_heads::format_of(&heads).into(),
@@ -218,6 +222,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
             .file_name()
             .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
         target_sha256: medusa_heads::sha256_of(&model)?,
+        temperatures: Vec::new(),
     };
     let out = args
         .out
@@ -236,6 +241,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         final_loss,
         heldout_accuracy: accuracy.per_head,
         heldout_chain_length: accuracy.chain_length,
+        calibration: Some(calibration),
     };
     std::fs::write(
         out.join("report.json"),
@@ -243,5 +249,97 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
     )?;
     writeln!(log, "heads written to {}", out.display())?;
     println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// Held-out pairs a calibration fits on (evenly spaced; the logits of 4096 pairs over the
+/// draft vocabulary take 128 MiB per head).
+const CALIBRATION_PAIRS: usize = 4096;
+
+fn log_calibration(log: &mut impl Write, c: &Calibration) -> Result<()> {
+    for (i, t) in c.temperatures.iter().enumerate() {
+        writeln!(
+            log,
+            "head {i}: temperature {t:.3}, held-out NLL {:.4} -> {:.4} ({} pairs)",
+            c.nll_before[i], c.nll_after[i], c.pairs
+        )?;
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct CalibrateHeadsArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The heads to calibrate (default: the shipped heads for the model).
+    #[arg(long)]
+    heads: Option<PathBuf>,
+    /// The prompt file the heads were trained from: its held-out prompts are continued.
+    #[arg(long, default_value = "strategies/data/medusa/train_prompts.jsonl")]
+    prompts: PathBuf,
+    /// Every n-th prompt is held out (as in train-heads).
+    #[arg(long, default_value_t = 8)]
+    holdout_every: usize,
+    #[arg(long, default_value_t = 160)]
+    max_new_tokens: usize,
+}
+
+/// `specgate calibrate-heads`: fit existing heads' temperatures on the held-out continuations
+/// of their training prompts and write them into `heads.json` (the weights stay as they are).
+pub fn run_calibrate(model: PathBuf, args: CalibrateHeadsArgs) -> Result<()> {
+    let log = &mut std::io::stderr();
+    let dir = args
+        .heads
+        .clone()
+        .unwrap_or_else(|| medusa_heads::default_dir(&model));
+    let bundle = medusa_heads::load(&dir, &model)?;
+    let mut lm = LoadedModel::load(&model)?;
+    let prompts = read_prompts(&args.prompts, &lm)?;
+    writeln!(
+        log,
+        "continuing the held-out prompts of {}",
+        args.prompts.display()
+    )?;
+    let held = train_heads::collect_held_out(
+        &mut lm,
+        &prompts,
+        args.max_new_tokens,
+        bundle.heads.num_heads(),
+        args.holdout_every,
+    )?;
+    let frozen = FrozenHead::new(
+        train_heads::lm_head_f32(&model)?,
+        medusa_heads::EMBED_VOCAB,
+        medusa_heads::DRAFT_VOCAB,
+    )?;
+    let trainer = Trainer::from_heads(&bundle.heads)?;
+    let calibration = heads_calibration::calibrate(&trainer, &held, &frozen, CALIBRATION_PAIRS)?;
+    log_calibration(log, &calibration)?;
+    let cfg = HeadsConfig {
+        temperatures: calibration.temperatures.clone(),
+        ..bundle.config
+    };
+    medusa_heads::write_config(&dir, &cfg)?;
+    writeln!(
+        log,
+        "temperatures written to {}",
+        dir.join("heads.json").display()
+    )?;
+    add_to_report(&dir.join("report.json"), &calibration)?;
+    println!("{}", serde_json::to_string_pretty(&calibration)?);
+    Ok(())
+}
+
+/// Record `calibration` in the heads' training report, when they have one.
+fn add_to_report(path: &Path, calibration: &Calibration) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let mut report: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    if let Some(map) = report.as_object_mut() {
+        map.insert("calibration".into(), serde_json::to_value(calibration)?);
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
     Ok(())
 }

@@ -238,6 +238,44 @@ pub fn collect(
     variants: Variants,
     holdout_every: usize,
 ) -> Result<(HeadsData, HeadsData), TrainError> {
+    let jobs = jobs(prompts.len(), variants, holdout_every);
+    collect_jobs(lm, prompts, &jobs, max_new, heads, variants, holdout_every)
+}
+
+/// The held-out pairs `collect` would give, without generating the training ones: what a
+/// report or a calibration of existing heads measures them on.
+pub fn collect_held_out(
+    lm: &mut LoadedModel,
+    prompts: &[Vec<TokenId>],
+    max_new: usize,
+    heads: usize,
+    holdout_every: usize,
+) -> Result<HeadsData, TrainError> {
+    let jobs: Vec<_> = jobs(prompts.len(), Variants::NONE, holdout_every)
+        .into_iter()
+        .filter(|&(p, _)| held_out(p, holdout_every))
+        .collect();
+    let (_, held) = collect_jobs(
+        lm,
+        prompts,
+        &jobs,
+        max_new,
+        heads,
+        Variants::NONE,
+        holdout_every,
+    )?;
+    Ok(held)
+}
+
+fn collect_jobs(
+    lm: &mut LoadedModel,
+    prompts: &[Vec<TokenId>],
+    jobs: &[(usize, usize)],
+    max_new: usize,
+    heads: usize,
+    variants: Variants,
+    holdout_every: usize,
+) -> Result<(HeadsData, HeadsData), TrainError> {
     let empty = HeadsData {
         hidden: Vec::new(),
         pending: Vec::new(),
@@ -247,7 +285,7 @@ pub fn collect(
     };
     let (mut train, mut held) = (empty.clone(), empty);
     // Batch by batch, so only one batch's hidden states are held twice.
-    for chunk in jobs(prompts.len(), variants, holdout_every).chunks(32) {
+    for chunk in jobs.chunks(32) {
         for c in continue_batch(lm, prompts, chunk, max_new, variants)? {
             let into = if held_out(c.prompt, holdout_every) {
                 &mut held
@@ -282,6 +320,9 @@ pub struct TrainReport {
     pub heldout_accuracy: Vec<(f64, f64)>,
     /// Mean number of leading heads right on held-out sequences (see `Accuracy`).
     pub heldout_chain_length: f64,
+    /// The heads' fitted temperatures (see `heads_calibration`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::heads_calibration::Calibration>,
 }
 
 /// The run's shape: its total steps (the learning-rate schedule spans them), batch size,

@@ -180,3 +180,116 @@ fn shipped_heads_chain_read_the_rows_training_used_and_older_formats_still_load(
         );
     }
 }
+
+/// Draft-vocabulary logits of head `i`, as the drafter computes them.
+fn drafter_logits(
+    bundle: &medusa_heads::MedusaBundle,
+    i: usize,
+    h: &[f32],
+    pending: u32,
+    before: u32,
+) -> Vec<f32> {
+    let row = |t: u32| bundle.lm_head.token_row(t).unwrap();
+    let e = row(pending);
+    let prev = if i == 0 { e.clone() } else { row(before) };
+    let state = bundle.heads.state(i, h, e.as_deref(), prev.as_deref());
+    bundle.lm_head.logits(&state).unwrap()
+}
+
+#[test]
+fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip() {
+    use specgate::train_heads::{FrozenHead, HeadsData, Trainer};
+    let model = common::model_path();
+    let shipped = medusa_heads::load(&medusa_heads::default_dir(&model), &model).expect("heads");
+    let n = shipped.config.num_heads;
+    assert_eq!(
+        shipped.heads.temperatures.len(),
+        n,
+        "shipped heads are calibrated"
+    );
+    assert_eq!(shipped.heads.temperatures, shipped.config.temperatures);
+    // `calibrate-heads` fits on the trainer's logits of the loaded heads: they must be the
+    // drafter's (up to the 8-bit activations of the drafter's LM-head kernel).
+    let frozen = FrozenHead::new(
+        specgate::train_heads::lm_head_f32(&model).unwrap(),
+        medusa_heads::EMBED_VOCAB,
+        medusa_heads::DRAFT_VOCAB,
+    )
+    .unwrap();
+    let trainer = Trainer::from_heads(&shipped.heads).unwrap();
+    let dim = shipped.config.hidden_size;
+    let hidden: Vec<f32> = (0..3 * dim)
+        .map(|j| ((j * 7919) % 1000) as f32 / 250.0 - 2.0)
+        .collect();
+    let pending = vec![17u32, 9000, 20_000]; // the last one past the embedding vocabulary
+    let labels: Vec<u32> = (0..3 * n).map(|j| [30u32, 1500, 25_000][j % 3]).collect();
+    let data = HeadsData {
+        hidden: hidden.clone(),
+        pending: pending.clone(),
+        labels: labels.clone(),
+        dim,
+        heads: n,
+    };
+    let batch = data.rows(&[0, 1, 2], &frozen).unwrap();
+    let logits = trainer.logits(&batch, &frozen.lm).unwrap();
+    let mut worst = 0.0f32;
+    for (i, l) in logits.iter().enumerate() {
+        for (j, want) in l.to_vec2::<f32>().unwrap().iter().enumerate() {
+            let before = if i == 0 { 0 } else { labels[j * n + i - 1] };
+            let got = drafter_logits(
+                &shipped,
+                i,
+                &hidden[j * dim..(j + 1) * dim],
+                pending[j],
+                before,
+            );
+            assert_eq!(got.len(), want.len());
+            // Relative to the row's largest logit: 8-bit activations err in proportion.
+            let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let diff = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            worst = worst.max(diff / scale);
+            assert_eq!(
+                specgate_strategies::argmax(&got),
+                specgate_strategies::argmax(want),
+                "head {i} pair {j}"
+            );
+        }
+    }
+    // Measured 0.013: an 8-bit activation errs by up to 1/254 of its block's largest value.
+    assert!(
+        worst < 0.03,
+        "trainer and drafter logits differ by {worst} of the largest"
+    );
+    // Temperatures round-trip through `save`, and a config with the wrong count or a
+    // non-positive one is refused with the reason.
+    let dir = tempfile::tempdir().unwrap();
+    let mut heads = (*shipped.heads).clone();
+    heads.temperatures = (0..n).map(|i| 1.0 + i as f32 / 3.0).collect();
+    medusa_heads::save(dir.path(), &heads, &shipped.config).unwrap();
+    let back = medusa_heads::load(dir.path(), &model).unwrap();
+    assert_eq!(back.heads.temperatures, heads.temperatures);
+    for (bad, why) in [
+        (vec![1.3; n - 1], "temperatures for"),
+        (vec![0.0; n], "not a positive"),
+    ] {
+        let cfg = medusa_heads::HeadsConfig {
+            temperatures: bad,
+            ..shipped.config.clone()
+        };
+        let err = medusa_heads::write_config(dir.path(), &cfg).unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+        std::fs::write(
+            dir.path().join("heads.json"),
+            serde_json::to_string(&cfg).unwrap(),
+        )
+        .unwrap();
+        let err = medusa_heads::load(dir.path(), &model)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+}

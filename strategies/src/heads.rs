@@ -23,6 +23,11 @@ pub struct MedusaHeads {
     /// Per head: [hidden (out), hidden (in)] over the embedding of the token before the head's
     /// target; empty for heads that do not chain.
     pub v: Vec<Vec<f32>>,
+    /// Per head: the softmax temperature that calibrates its probabilities (fitted on
+    /// held-out data; empty or missing: 1). Candidate trees rank nodes by the product of
+    /// their heads' probabilities, which only estimates a path's chance of acceptance when
+    /// each head is as confident as it is right; greedy chains take the argmax and ignore it.
+    pub temperatures: Vec<f32>,
 }
 
 impl MedusaHeads {
@@ -39,7 +44,13 @@ impl MedusaHeads {
             b: vec![vec![0.0; hidden]; num_heads],
             u: Vec::new(),
             v: Vec::new(),
+            temperatures: Vec::new(),
         }
+    }
+
+    /// Head i's calibrating temperature (1 when none was fitted).
+    pub fn temperature(&self, i: usize) -> f32 {
+        self.temperatures.get(i).copied().unwrap_or(1.0)
     }
 
     /// Whether the heads read the pending token's embedding.

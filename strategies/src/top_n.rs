@@ -8,6 +8,12 @@ use crate::TokenId;
 /// The `n` likeliest tokens of `row` with their softmax probabilities, likeliest first (ties:
 /// the lower id first).
 pub fn top_n(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
+    top_n_at(row, n, 1.0)
+}
+
+/// `top_n` of the softmax at `temperature` (> 0): the same tokens in the same order, their
+/// probabilities sharper below 1 and flatter above.
+pub fn top_n_at(row: &[f32], n: usize, temperature: f32) -> Vec<(TokenId, f32)> {
     let mut best: Vec<(usize, f32)> = Vec::with_capacity(n + 1);
     // Below `floor` a logit cannot enter a full list; whole chunks under it are skipped on
     // their maximum, which vectorises.
@@ -31,21 +37,26 @@ pub fn top_n(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
     let Some(&(_, max)) = best.first() else {
         return Vec::new();
     };
-    let sum = exp_sum(row, max);
+    let inv_t = 1.0 / temperature;
+    let sum = exp_sum(row, max, inv_t);
     best.into_iter()
-        .map(|(i, x)| (i as TokenId, fast_exp(x - max) / sum))
+        .map(|(i, x)| (i as TokenId, fast_exp((x - max) * inv_t) / sum))
         .collect()
 }
 
-/// Σ exp(x − max) over `row`, in independent lanes so the compiler vectorises it.
-fn exp_sum(row: &[f32], max: f32) -> f32 {
+/// Σ exp((x − max)·inv_t) over `row`, in independent lanes so the compiler vectorises it.
+fn exp_sum(row: &[f32], max: f32, inv_t: f32) -> f32 {
     const L: usize = 16;
     let mut lanes = [0.0f32; L];
     let chunks = row.chunks_exact(L);
-    let tail: f32 = chunks.remainder().iter().map(|&x| fast_exp(x - max)).sum();
+    let tail: f32 = chunks
+        .remainder()
+        .iter()
+        .map(|&x| fast_exp((x - max) * inv_t))
+        .sum();
     for c in chunks {
         for i in 0..L {
-            lanes[i] += fast_exp(c[i] - max);
+            lanes[i] += fast_exp((c[i] - max) * inv_t);
         }
     }
     lanes.iter().sum::<f32>() + tail
@@ -119,5 +130,23 @@ mod tests {
         assert_eq!(top_n(&[1.0, 3.0, 3.0, 0.0], 2)[1].0, 2);
         assert_eq!(top_n(&[0.5, 0.5], 9).len(), 2);
         assert!(top_n(&[], 3).is_empty() && top_n(&[1.0], 0).is_empty());
+    }
+
+    #[test]
+    fn a_temperature_keeps_the_order_and_rescales_the_softmax() {
+        let row = [2.0f32, -1.0, 0.5, 3.0, 0.0];
+        for t in [0.5f32, 1.0, 2.5] {
+            let sum: f32 = row.iter().map(|&x| ((x - 3.0) / t).exp()).sum();
+            let got = top_n_at(&row, 3, t);
+            let ids: Vec<TokenId> = got.iter().map(|&(i, _)| i).collect();
+            assert_eq!(ids, [3, 0, 2], "temperature {t}");
+            for (i, p) in got {
+                let exact = ((row[i as usize] - 3.0) / t).exp() / sum;
+                assert!((p - exact).abs() < 1e-6, "t {t}: {p} vs {exact}");
+            }
+        }
+        // Above 1 the top token loses probability; below 1 it gains.
+        let p = |t| top_n_at(&row, 1, t)[0].1;
+        assert!(p(2.5) < p(1.0) && p(1.0) < p(0.5));
     }
 }
