@@ -2,7 +2,9 @@
 //!
 //! A heads directory holds `heads.json` and `heads.safetensors`:
 //! - `heads.json`: `{"format": "specgate-medusa/3", "num_heads", "hidden_size", "vocab_size",
-//!   "lm_head": "target", "target": "<file name>", "target_sha256": "<hex>"}`;
+//!   "lm_head": "target", "target": "<file name>", "target_sha256": "<hex>"}` and, once
+//!   calibrated, `"temperatures"`: one per head, what candidate trees rank its probabilities
+//!   at (`heads_calibration`);
 //! - `heads.safetensors`: `heads.{i}.weight` W [hidden, hidden], `heads.{i}.token_weight` U
 //!   [hidden, hidden], `heads.{i}.prev_weight` V [hidden, hidden] and `heads.{i}.bias` b
 //!   [hidden] (F32 or F16) for head i, computing h + SiLU(W·h + U·e + V·e_prev + b) on the

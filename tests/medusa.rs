@@ -293,3 +293,75 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
         assert!(err.to_string().contains(why), "{err}");
     }
 }
+
+#[test]
+fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
+    let model = common::model_path();
+    let shipped = medusa_heads::default_dir(&model);
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["heads.json", "heads.safetensors", "report.json"] {
+        std::fs::copy(shipped.join(f), dir.path().join(f)).unwrap();
+    }
+    let mut cfg = medusa_heads::read_config(dir.path(), &model).unwrap();
+    cfg.temperatures.clear();
+    medusa_heads::write_config(dir.path(), &cfg).unwrap();
+    // 16 training prompts: 0 and 8 are held out, as train-heads splits them.
+    let train = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("strategies/data/medusa/train_prompts.jsonl"),
+    )
+    .unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    let lines: Vec<&str> = train.lines().take(16).collect();
+    std::fs::write(&prompts, lines.join("\n")).unwrap();
+    let run = |heads: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+            .args(["calibrate-heads", "--max-new-tokens", "48", "--model"])
+            .arg(&model)
+            .arg("--heads")
+            .arg(heads)
+            .arg("--prompts")
+            .arg(&prompts)
+            .output()
+            .expect("run")
+    };
+    let out = run(dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back = medusa_heads::read_config(dir.path(), &model).unwrap();
+    assert_eq!(back.temperatures.len(), cfg.num_heads);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let cal = &report["calibration"];
+    assert!(cal["pairs"].as_u64().unwrap() > 0);
+    for i in 0..cfg.num_heads {
+        let (before, after) = (cal["nll_before"][i].as_f64(), cal["nll_after"][i].as_f64());
+        assert!(after.unwrap() <= before.unwrap() + 1e-9, "head {i}: {cal}");
+        assert_eq!(
+            cal["temperatures"][i].as_f64(),
+            Some(f64::from(back.temperatures[i]))
+        );
+    }
+    assert_eq!(
+        std::fs::read(dir.path().join("heads.safetensors")).unwrap(),
+        std::fs::read(shipped.join("heads.safetensors")).unwrap(),
+        "the weights are untouched"
+    );
+    // Heads for another model: one line on stderr, a non-zero exit, nothing written.
+    cfg.target_sha256 = "00".repeat(32);
+    medusa_heads::write_config(dir.path(), &cfg).unwrap();
+    let out = run(dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("train-heads"),
+        "{err}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("heads.json")).unwrap())
+            .unwrap();
+    assert!(json.get("temperatures").is_none(), "{json}");
+}
