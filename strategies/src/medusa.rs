@@ -11,7 +11,7 @@ use rand::SeedableRng;
 pub use crate::heads::MedusaHeads;
 use crate::sampling::{argmax, sample_from};
 use crate::top_n::top_n_at;
-use crate::tree::{build_tree, select_tree, DraftTree, PoolNode};
+use crate::tree::{build_tree, kth_joint, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
 
 /// The target's LM head, as the drafter sees it: [rows, hidden] → [rows, vocab], the logits
@@ -236,17 +236,6 @@ impl MedusaDrafter {
         }
         Ok(select_tree(&pool, budget))
     }
-}
-
-/// The `budget`-th highest likelihood in the pool (0 while it holds fewer): a node below it
-/// cannot make the tree, nor can its children, which are never likelier.
-fn kth_joint(pool: &[PoolNode], budget: usize) -> f32 {
-    if budget == 0 || pool.len() < budget {
-        return 0.0;
-    }
-    let mut joints: Vec<f32> = pool.iter().map(|n| n.joint).collect();
-    let (_, kth, _) = joints.select_nth_unstable_by(budget - 1, |a, b| b.total_cmp(a));
-    *kth
 }
 
 #[cfg(test)]

@@ -203,6 +203,17 @@ pub fn select_tree(pool: &[PoolNode], budget: usize) -> DraftTree {
     tree
 }
 
+/// The `budget`-th highest likelihood in the pool (0 while it holds fewer): a node below it
+/// cannot make the tree, nor can its children, which are never likelier.
+pub(crate) fn kth_joint(pool: &[PoolNode], budget: usize) -> f32 {
+    if budget == 0 || pool.len() < budget {
+        return 0.0;
+    }
+    let mut joints: Vec<f32> = pool.iter().map(|n| n.joint).collect();
+    let (_, kth, _) = joints.select_nth_unstable_by(budget - 1, |a, b| b.total_cmp(a));
+    *kth
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,5 +331,10 @@ mod tests {
         // A child likelier than its parent (not a real pool) never lands without it.
         let odd = vec![node(1, 0.1, None, 1), node(2, 0.2, Some(0), 2)];
         assert_eq!(select_tree(&odd, 1).tokens, vec![1]);
+        // The bar a node must clear to make a tree of 5: the 5th likeliest joint (ties count).
+        assert_eq!(kth_joint(&pool, 5), 0.27);
+        assert_eq!(kth_joint(&pool, 2), 0.3);
+        assert_eq!(kth_joint(&pool, 8), 0.0, "fewer nodes than the budget");
+        assert_eq!(kth_joint(&pool, 0), 0.0);
     }
 }
