@@ -46,8 +46,9 @@ pub struct TrainHeadsArgs {
     #[arg(long, default_value_t = 8)]
     holdout_every: usize,
     /// Extra continuations per training prompt that sample their first tokens (temperature 1,
-    /// top-p 0.95) before turning greedy: more, and more varied, training states.
-    #[arg(long, default_value_t = 0)]
+    /// top-p 0.95) before turning greedy: more, and more varied, training states (the
+    /// default, 1, is what the shipped heads were trained with).
+    #[arg(long, default_value_t = 1)]
     sampled_variants: usize,
     /// Most tokens a sampled-prefix continuation samples (each draws 1..=this).
     #[arg(long, default_value_t = 24)]
