@@ -99,7 +99,8 @@ impl WideHead {
     ) {
         self.head_dim = head_dim;
         for (src, dst) in [(keys, &mut self.keys), (values, &mut self.values)] {
-            dst.clear();
+            // Every value is overwritten below: only growth is zero-filled (a clear first
+            // would zero the whole head on every call).
             dst.resize(len * head_dim, 0.0);
             for (t, row) in dst.chunks_exact_mut(head_dim).enumerate() {
                 widen_row(&src[t * stride + offset..][..head_dim], row);
@@ -443,6 +444,31 @@ mod tests {
                     assert_eq!(score_of_9(&all[start..end], simd), want, "{start}..{end}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_reused_wide_head_holds_exactly_the_positions_of_its_last_fill() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let (hd, stride) = (16, 48);
+        let (k16, v16) = (cache(&mut rng, 9, stride), cache(&mut rng, 9, stride));
+        let mut wide = WideHead::default();
+        // Longer, shorter, then longer again: nothing of an earlier fill may linger.
+        for len in [7, 2, 9, 0, 5] {
+            wide.fill((&k16, &v16), (stride, hd, hd), len);
+            let view = wide.view();
+            let want = |c: &[f16]| -> Vec<f32> {
+                (0..len)
+                    .flat_map(|t| c[t * stride + hd..][..hd].iter().map(|x| x.to_f32()))
+                    .collect()
+            };
+            assert_eq!(view.keys, want(&k16).as_slice(), "keys, {len} positions");
+            assert_eq!(
+                view.values,
+                want(&v16).as_slice(),
+                "values, {len} positions"
+            );
+            assert_eq!((view.stride, view.offset), (hd, 0));
         }
     }
 }
