@@ -6,7 +6,9 @@
 //! ones, trained to fit their data) pushes the tree deep where a wider first level would
 //! accept more. Temperature scaling fixes that with one number per head: the T minimising the
 //! held-out negative log-likelihood of softmax(logits / T). It never changes a head's ranking,
-//! so chains and exactness are untouched.
+//! so chains and exactness are untouched. The softmax covers only the draft vocabulary, so the
+//! temperature is fitted on the labels inside it, and each head also records the share of
+//! labels that are (its coverage): a node's chance is the calibrated probability times that.
 
 use crate::train_heads::{FrozenHead, HeadsData, TrainError, Trainer};
 
@@ -60,11 +62,23 @@ pub fn fit_temperature(rows: &[f32], vocab: usize, labels: &[u32]) -> f32 {
     (2.0 / (lo + hi)) as f32
 }
 
-/// Per head: the fitted temperature and the held-out NLL at T = 1 and at it.
+/// The share of `labels` inside a vocabulary of `vocab` ids (1 when there are none: nothing
+/// says a label would miss).
+pub fn coverage(labels: &[u32], vocab: usize) -> f32 {
+    if labels.is_empty() {
+        return 1.0;
+    }
+    let inside = labels.iter().filter(|&&y| (y as usize) < vocab).count();
+    inside as f32 / labels.len() as f32
+}
+
+/// Per head: the fitted temperature, the held-out NLL at T = 1 and at it, and the share of
+/// labels inside the draft vocabulary (the NLL is over those).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Calibration {
     pub pairs: usize,
     pub temperatures: Vec<f32>,
+    pub coverage: Vec<f32>,
     pub nll_before: Vec<f64>,
     pub nll_after: Vec<f64>,
 }
@@ -93,12 +107,14 @@ pub fn calibrate(
     let mut out = Calibration {
         pairs: idx.len(),
         temperatures: Vec::new(),
+        coverage: Vec::new(),
         nll_before: Vec::new(),
         nll_after: Vec::new(),
     };
     for (r, y) in rows.iter().zip(&labels) {
         let t = fit_temperature(r, vocab, y);
         out.temperatures.push(t);
+        out.coverage.push(coverage(y, vocab));
         out.nll_before.push(nll_at(r, vocab, y, 1.0));
         out.nll_after.push(nll_at(r, vocab, y, t));
     }
@@ -149,5 +165,7 @@ mod tests {
         let want = (1.0 + (-2.0f64).exp()).ln();
         assert!((nll - want).abs() < 1e-9, "{nll} vs {want}");
         assert!(nll_at(&rows, 2, &[9, 9], 1.0).is_nan());
+        assert_eq!(coverage(&[1, 7, 0, 9], 2), 0.5);
+        assert_eq!(coverage(&[], 2), 1.0);
     }
 }

@@ -3,8 +3,8 @@
 //! A heads directory holds `heads.json` and `heads.safetensors`:
 //! - `heads.json`: `{"format": "specgate-medusa/3", "num_heads", "hidden_size", "vocab_size",
 //!   "lm_head": "target", "target": "<file name>", "target_sha256": "<hex>"}` and, once
-//!   calibrated, `"temperatures"`: one per head, what candidate trees rank its probabilities
-//!   at (`heads_calibration`);
+//!   calibrated, `"temperatures"` and `"coverage"`: one each per head, how candidate trees
+//!   turn its logits into chances of acceptance (`heads_calibration`);
 //! - `heads.safetensors`: `heads.{i}.weight` W [hidden, hidden], `heads.{i}.token_weight` U
 //!   [hidden, hidden], `heads.{i}.prev_weight` V [hidden, hidden] and `heads.{i}.bias` b
 //!   [hidden] (F32 or F16) for head i, computing h + SiLU(W·h + U·e + V·e_prev + b) on the
@@ -71,6 +71,10 @@ pub struct HeadsConfig {
     /// candidates (`specgate calibrate-heads`); absent: 1 for every head.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub temperatures: Vec<f32>,
+    /// Per head, the share of held-out labels inside the draft vocabulary (the chance that
+    /// the token there can be drafted at all); absent: 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<f32>,
 }
 
 /// Token ids the heads draft from: the first 8192 of the target's (a sixth of SmolLM2's).
@@ -181,8 +185,8 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
         ));
     }
     let mut heads = read_tensors(&dir.join("heads.safetensors"), &cfg)?;
-    heads.temperatures =
-        checked_temperatures(&cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
+    (heads.temperatures, heads.coverage) =
+        checked_calibration(&cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
     Ok(MedusaBundle {
         config: cfg,
         heads: Arc::new(heads),
@@ -194,20 +198,32 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
     })
 }
 
-/// The config's temperatures: none, or one finite positive value per head.
-fn checked_temperatures(cfg: &HeadsConfig) -> Result<Vec<f32>, String> {
-    let t = &cfg.temperatures;
-    if !t.is_empty() && t.len() != cfg.num_heads {
-        return Err(format!(
-            "{} temperatures for {} heads",
-            t.len(),
-            cfg.num_heads
-        ));
+/// The config's calibration: temperatures (none, or one finite positive value per head) and
+/// coverage (none, or one share in [0, 1] per head).
+fn checked_calibration(cfg: &HeadsConfig) -> Result<(Vec<f32>, Vec<f32>), String> {
+    for (name, v) in [
+        ("temperatures", &cfg.temperatures),
+        ("coverage", &cfg.coverage),
+    ] {
+        if !v.is_empty() && v.len() != cfg.num_heads {
+            return Err(format!(
+                "{} {name} values for {} heads",
+                v.len(),
+                cfg.num_heads
+            ));
+        }
     }
-    if let Some(bad) = t.iter().find(|&&x| !(x.is_finite() && x > 0.0)) {
+    if let Some(bad) = cfg
+        .temperatures
+        .iter()
+        .find(|&&x| !(x.is_finite() && x > 0.0))
+    {
         return Err(format!("temperature {bad} is not a positive number"));
     }
-    Ok(t.clone())
+    if let Some(bad) = cfg.coverage.iter().find(|&&x| !(0.0..=1.0).contains(&x)) {
+        return Err(format!("coverage {bad} is not a share in [0, 1]"));
+    }
+    Ok((cfg.temperatures.clone(), cfg.coverage.clone()))
 }
 
 fn tensors_error(e: impl ToString) -> MedusaError {
@@ -261,8 +277,8 @@ pub fn format_of(heads: &MedusaHeads) -> &'static str {
 }
 
 /// Write heads (stored as F16: half the size, and far below the heads' own error) and their
-/// config to `dir`; `cfg.format` must be `format_of(heads)`. The heads' temperatures are
-/// written into the config.
+/// config to `dir`; `cfg.format` must be `format_of(heads)`. The heads' calibration
+/// (temperatures, coverage) is written into the config.
 pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), MedusaError> {
     let want = format_of(heads);
     if heads.chained() && !heads.token_conditioned() {
@@ -300,14 +316,15 @@ pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), Me
     candle_core::safetensors::save(&map, dir.join("heads.safetensors")).map_err(tensors_error)?;
     let cfg = HeadsConfig {
         temperatures: heads.temperatures.clone(),
+        coverage: heads.coverage.clone(),
         ..cfg.clone()
     };
     write_config(dir, &cfg)
 }
 
-/// Write `dir/heads.json` (after checking its temperatures fit its heads).
+/// Write `dir/heads.json` (after checking its calibration fits its heads).
 pub fn write_config(dir: &Path, cfg: &HeadsConfig) -> Result<(), MedusaError> {
-    checked_temperatures(cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
+    checked_calibration(cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
     let json = serde_json::to_string_pretty(cfg).map_err(tensors_error)?;
     std::fs::write(dir.join("heads.json"), json + "\n").map_err(|e| MedusaError::Io(e.to_string()))
 }

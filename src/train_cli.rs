@@ -212,6 +212,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
     let calibration = heads_calibration::calibrate(&trainer, &held, &frozen, CALIBRATION_PAIRS)?;
     log_calibration(log, &calibration)?;
     heads.temperatures = calibration.temperatures.clone();
+    heads.coverage = calibration.coverage.clone();
     let cfg = lm.model.config();
     let heads_cfg = HeadsConfig {
         format: medusa_heads::format_of(&heads).into(),
@@ -224,6 +225,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
             .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
         target_sha256: medusa_heads::sha256_of(&model)?,
         temperatures: Vec::new(),
+        coverage: Vec::new(),
     };
     let out = args
         .out
@@ -261,8 +263,9 @@ fn log_calibration(log: &mut impl Write, c: &Calibration) -> Result<()> {
     for (i, t) in c.temperatures.iter().enumerate() {
         writeln!(
             log,
-            "head {i}: temperature {t:.3}, held-out NLL {:.4} -> {:.4} ({} pairs)",
-            c.nll_before[i], c.nll_after[i], c.pairs
+            "head {i}: temperature {t:.3}, held-out NLL {:.4} -> {:.4}, coverage {:.3} ({} \
+             pairs)",
+            c.nll_before[i], c.nll_after[i], c.coverage[i], c.pairs
         )?;
     }
     Ok(())
@@ -318,12 +321,13 @@ pub fn run_calibrate(model: PathBuf, args: CalibrateHeadsArgs) -> Result<()> {
     log_calibration(log, &calibration)?;
     let cfg = HeadsConfig {
         temperatures: calibration.temperatures.clone(),
+        coverage: calibration.coverage.clone(),
         ..bundle.config
     };
     medusa_heads::write_config(&dir, &cfg)?;
     writeln!(
         log,
-        "temperatures written to {}",
+        "calibration written to {}",
         dir.join("heads.json").display()
     )?;
     add_to_report(&dir.join("report.json"), &calibration)?;

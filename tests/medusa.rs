@@ -208,6 +208,8 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
         "shipped heads are calibrated"
     );
     assert_eq!(shipped.heads.temperatures, shipped.config.temperatures);
+    assert_eq!(shipped.heads.coverage, shipped.config.coverage);
+    assert_eq!(shipped.heads.coverage.len(), n);
     // `calibrate-heads` fits on the trainer's logits of the loaded heads: they must be the
     // drafter's (up to the 8-bit activations of the drafter's LM-head kernel).
     let frozen = FrozenHead::new(
@@ -264,20 +266,29 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
         worst < 0.03,
         "trainer and drafter logits differ by {worst} of the largest"
     );
-    // Temperatures round-trip through `save`, and a config with the wrong count or a
-    // non-positive one is refused with the reason.
+    // The calibration round-trips through `save`, and a config with the wrong count of
+    // values, a non-positive temperature or a coverage past 1 is refused with the reason.
     let dir = tempfile::tempdir().unwrap();
     let mut heads = (*shipped.heads).clone();
     heads.temperatures = (0..n).map(|i| 1.0 + i as f32 / 3.0).collect();
+    heads.coverage = (0..n).map(|i| 0.9 - i as f32 / 10.0).collect();
     medusa_heads::save(dir.path(), &heads, &shipped.config).unwrap();
     let back = medusa_heads::load(dir.path(), &model).unwrap();
     assert_eq!(back.heads.temperatures, heads.temperatures);
-    for (bad, why) in [
-        (vec![1.3; n - 1], "temperatures for"),
-        (vec![0.0; n], "not a positive"),
+    assert_eq!(back.heads.coverage, heads.coverage);
+    let ok = (
+        shipped.config.temperatures.clone(),
+        shipped.config.coverage.clone(),
+    );
+    for (temperatures, coverage, why) in [
+        (vec![1.3; n - 1], ok.1.clone(), "temperatures values for"),
+        (vec![0.0; n], ok.1.clone(), "not a positive"),
+        (ok.0.clone(), vec![0.9; n + 1], "coverage values for"),
+        (ok.0.clone(), vec![1.5; n], "not a share"),
     ] {
         let cfg = medusa_heads::HeadsConfig {
-            temperatures: bad,
+            temperatures,
+            coverage,
             ..shipped.config.clone()
         };
         let err = medusa_heads::write_config(dir.path(), &cfg).unwrap_err();
@@ -304,6 +315,7 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     }
     let mut cfg = medusa_heads::read_config(dir.path(), &model).unwrap();
     cfg.temperatures.clear();
+    cfg.coverage.clear();
     medusa_heads::write_config(dir.path(), &cfg).unwrap();
     // 16 training prompts: 0 and 8 are held out, as train-heads splits them.
     let train = std::fs::read_to_string(
@@ -333,6 +345,7 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     );
     let back = medusa_heads::read_config(dir.path(), &model).unwrap();
     assert_eq!(back.temperatures.len(), cfg.num_heads);
+    assert_eq!(back.coverage.len(), cfg.num_heads);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
             .unwrap();
@@ -344,6 +357,10 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
         assert_eq!(
             cal["temperatures"][i].as_f64(),
             Some(f64::from(back.temperatures[i]))
+        );
+        assert_eq!(
+            cal["coverage"][i].as_f64(),
+            Some(f64::from(back.coverage[i]))
         );
     }
     assert_eq!(
@@ -363,5 +380,8 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("heads.json")).unwrap())
             .unwrap();
-    assert!(json.get("temperatures").is_none(), "{json}");
+    assert!(
+        json.get("temperatures").is_none() && json.get("coverage").is_none(),
+        "{json}"
+    );
 }

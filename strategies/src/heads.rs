@@ -11,6 +11,9 @@
 //!   of k heads is k independent guesses; with V, head i scores continuations of the guess it
 //!   is given, which is what a draft that has been accepted so far needs.
 
+use crate::top_n::top_n_at;
+use crate::TokenId;
+
 /// The heads' weights, plain f32, row-major.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MedusaHeads {
@@ -28,6 +31,10 @@ pub struct MedusaHeads {
     /// their heads' probabilities, which only estimates a path's chance of acceptance when
     /// each head is as confident as it is right; greedy chains take the argmax and ignore it.
     pub temperatures: Vec<f32>,
+    /// Per head: the share of held-out labels inside the draft vocabulary (empty or missing:
+    /// 1). The calibrated softmax is the chance of a token given that the label can be
+    /// drafted at all; a tree node's chance of acceptance is that times this.
+    pub coverage: Vec<f32>,
 }
 
 impl MedusaHeads {
@@ -45,12 +52,23 @@ impl MedusaHeads {
             u: Vec::new(),
             v: Vec::new(),
             temperatures: Vec::new(),
+            coverage: Vec::new(),
         }
     }
 
     /// Head i's calibrating temperature (1 when none was fitted).
     pub fn temperature(&self, i: usize) -> f32 {
         self.temperatures.get(i).copied().unwrap_or(1.0)
+    }
+
+    /// Head i's `n` likeliest tokens in `row` (its logits over the draft vocabulary) with
+    /// each one's calibrated chance of being the token there: what a tree ranks.
+    pub fn candidates(&self, i: usize, row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
+        let coverage = self.coverage.get(i).copied().unwrap_or(1.0);
+        top_n_at(row, n, self.temperature(i))
+            .into_iter()
+            .map(|(t, p)| (t, p * coverage))
+            .collect()
     }
 
     /// Whether the heads read the pending token's embedding.

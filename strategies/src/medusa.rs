@@ -10,7 +10,6 @@ use rand::SeedableRng;
 
 pub use crate::heads::MedusaHeads;
 use crate::sampling::{argmax, sample_from};
-use crate::top_n::top_n_at;
 use crate::tree::{build_tree, kth_joint, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
 
@@ -109,7 +108,7 @@ impl Drafter for MedusaDrafter {
             let candidates: Vec<_> = logits
                 .chunks_exact(vocab)
                 .enumerate()
-                .map(|(i, r)| top_n_at(r, TREE_TOP_N, self.heads.temperature(i)))
+                .map(|(i, r)| self.heads.candidates(i, r, TREE_TOP_N))
                 .collect();
             let budget = self.tree_budget.min(k);
             return Ok(Draft::tree(build_tree(&candidates, budget)));
@@ -222,8 +221,7 @@ impl MedusaDrafter {
                 .zip(logits.chunks_exact(self.lm_head.vocab()))
             {
                 let joint = parent.map_or(1.0, |i| pool[i].joint);
-                let t = self.heads.temperature(d);
-                for (token, p) in top_n_at(row, TREE_TOP_N, t) {
+                for (token, p) in self.heads.candidates(d, row, TREE_TOP_N) {
                     level.push(pool.len());
                     pool.push(PoolNode {
                         token,
@@ -504,12 +502,13 @@ mod tests {
     }
 
     #[test]
-    fn head_temperatures_decide_between_a_deeper_and_a_wider_tree() {
+    fn head_calibration_decides_between_a_deeper_and_a_wider_tree() {
         let h = [0.0, 3.0, 1.0, 0.0];
         let greedy = SamplingParams::greedy();
-        let tree_with = |temperatures: Vec<f32>| {
+        let tree_with = |temperatures: Vec<f32>, coverage: Vec<f32>| {
             let heads = MedusaHeads {
                 temperatures,
+                coverage,
                 ..successor_heads()
             };
             let mut d = MedusaDrafter::new(Arc::new(heads), Arc::new(Identity), 0).with_tree(2);
@@ -519,10 +518,21 @@ mod tests {
         };
         // As trained: head 0 gives 1 (p 0.81) then 2 (p 0.11); head 1 is sure 2 follows 1
         // (p ≈ 1), so the second node goes under the first.
-        assert_eq!(tree_with(Vec::new()), (vec![1, 2], vec![None, Some(0)]));
-        assert_eq!(tree_with(vec![1.0, 1.0]), tree_with(Vec::new()));
+        let (deep, wide) = (
+            (vec![1, 2], vec![None, Some(0)]),
+            (vec![1, 2], vec![None, None]),
+        );
+        assert_eq!(tree_with(Vec::new(), Vec::new()), deep);
+        assert_eq!(tree_with(vec![1.0, 1.0], vec![1.0, 1.0]), deep);
         // Calibrated flatter (head 0 at T 3: 0.45 and 0.23; head 1 at T 1000: 0.25 each), the
         // child's joint 0.11 loses to head 0's second guess: one level, two candidates.
-        assert_eq!(tree_with(vec![3.0, 1000.0]), (vec![1, 2], vec![None, None]));
+        assert_eq!(tree_with(vec![3.0, 1000.0], Vec::new()), wide);
+        // So it does when head 1's labels are rarely draftable: 0.81 · 0.997 · 0.1 < 0.11.
+        assert_eq!(tree_with(Vec::new(), vec![1.0, 0.1]), wide);
+        assert_eq!(
+            tree_with(Vec::new(), vec![0.5, 0.5]),
+            deep,
+            "the same for every head"
+        );
     }
 }
