@@ -1,4 +1,4 @@
-//! Per-head temperatures that calibrate Medusa heads on held-out data.
+//! Calibrating Medusa heads on held-out data: a temperature and a coverage per head.
 //!
 //! A candidate tree keeps the nodes whose paths are likeliest to be accepted, and it estimates
 //! that chance as the product of the heads' probabilities along the path. The product is only
@@ -83,8 +83,8 @@ pub struct Calibration {
     pub nll_after: Vec<f64>,
 }
 
-/// Fit each head's temperature on up to `max_pairs` of `data`'s pairs (evenly spaced), with
-/// logits over the draft vocabulary as the drafter computes them.
+/// Fit each head's temperature and measure its coverage on up to `max_pairs` of `data`'s
+/// pairs (evenly spaced), with logits over the draft vocabulary as the drafter computes them.
 pub fn calibrate(
     trainer: &Trainer,
     data: &HeadsData,

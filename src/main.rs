@@ -41,8 +41,8 @@ enum Command {
     Soak(gateway_cli::SoakArgs),
     /// Train Medusa heads for the model by self-distillation (CPU), with a held-out report.
     TrainHeads(train_cli::TrainHeadsArgs),
-    /// Fit Medusa heads' temperatures (how tree drafting ranks candidates) on the held-out
-    /// continuations of their training prompts.
+    /// Calibrate Medusa heads (the temperatures and coverage tree drafting ranks candidates
+    /// by) on the held-out continuations of their training prompts.
     CalibrateHeads(train_cli::CalibrateHeadsArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {

@@ -288,8 +288,9 @@ pub struct CalibrateHeadsArgs {
     max_new_tokens: usize,
 }
 
-/// `specgate calibrate-heads`: fit existing heads' temperatures on the held-out continuations
-/// of their training prompts and write them into `heads.json` (the weights stay as they are).
+/// `specgate calibrate-heads`: fit existing heads' temperatures and measure their coverage on
+/// the held-out continuations of their training prompts, and write both into `heads.json` and
+/// `report.json` (the weights stay as they are).
 pub fn run_calibrate(model: PathBuf, args: CalibrateHeadsArgs) -> Result<()> {
     let log = &mut std::io::stderr();
     let dir = args

@@ -1,7 +1,8 @@
 //! Medusa heads on the real model: the shipped heads load for the model they were trained
 //! for and are refused, with the reason, for any other; chain drafting through the gateway's
 //! engine path is exact under greedy decoding (tests/speculative.rs runs every strategy,
-//! medusa included, against plain decoding).
+//! medusa included, against plain decoding); `calibrate-heads` measures the heads the drafter
+//! runs and writes only their calibration.
 
 mod common;
 
