@@ -12,7 +12,7 @@ use specgate::chat::ChatMessage;
 use specgate::heads_calibration::{self, Calibration};
 use specgate::loaded::LoadedModel;
 use specgate::medusa_heads::{self, HeadsConfig};
-use specgate::train_heads::{self, FrozenHead, HeadsData, TrainReport, Trainer};
+use specgate::train_heads::{self, HeadsData, TrainReport, Trainer};
 
 #[derive(Args)]
 pub struct TrainHeadsArgs {
@@ -156,11 +156,7 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         train.len(),
         held.len()
     )?;
-    let frozen = FrozenHead::new(
-        train_heads::lm_head_f32(&model)?,
-        medusa_heads::EMBED_VOCAB,
-        medusa_heads::DRAFT_VOCAB,
-    )?;
+    let frozen = train_heads::frozen_head(&model)?;
     let mut trainer = if ckpt.exists() && !args.fresh {
         let tr = Trainer::load_checkpoint(&ckpt)?;
         writeln!(log, "resuming at step {}", tr.step)?;
@@ -312,11 +308,7 @@ pub fn run_calibrate(model: PathBuf, args: CalibrateHeadsArgs) -> Result<()> {
         bundle.heads.num_heads(),
         args.holdout_every,
     )?;
-    let frozen = FrozenHead::new(
-        train_heads::lm_head_f32(&model)?,
-        medusa_heads::EMBED_VOCAB,
-        medusa_heads::DRAFT_VOCAB,
-    )?;
+    let frozen = train_heads::frozen_head(&model)?;
     let trainer = Trainer::from_heads(&bundle.heads)?;
     let calibration = heads_calibration::calibrate(&trainer, &held, &frozen, CALIBRATION_PAIRS)?;
     log_calibration(log, &calibration)?;

@@ -304,6 +304,16 @@ pub fn lm_head_f32(path: &Path) -> Result<Tensor, TrainError> {
     Ok(t.dequantize(&Device::Cpu)?)
 }
 
+/// The frozen LM head the served heads train and calibrate against: the model's LM head
+/// over the drafter's embedding and draft vocabularies (`medusa_heads`).
+pub fn frozen_head(path: &Path) -> Result<FrozenHead, TrainError> {
+    FrozenHead::new(
+        lm_head_f32(path)?,
+        crate::medusa_heads::EMBED_VOCAB,
+        crate::medusa_heads::DRAFT_VOCAB,
+    )
+}
+
 /// What a training run reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainReport {

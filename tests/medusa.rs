@@ -199,7 +199,7 @@ fn drafter_logits(
 
 #[test]
 fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip() {
-    use specgate::train_heads::{FrozenHead, HeadsData, Trainer};
+    use specgate::train_heads::{HeadsData, Trainer};
     let model = common::model_path();
     let shipped = medusa_heads::load(&medusa_heads::default_dir(&model), &model).expect("heads");
     let n = shipped.config.num_heads;
@@ -213,12 +213,7 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
     assert_eq!(shipped.heads.coverage.len(), n);
     // `calibrate-heads` fits on the trainer's logits of the loaded heads: they must be the
     // drafter's (up to the 8-bit activations of the drafter's LM-head kernel).
-    let frozen = FrozenHead::new(
-        specgate::train_heads::lm_head_f32(&model).unwrap(),
-        medusa_heads::EMBED_VOCAB,
-        medusa_heads::DRAFT_VOCAB,
-    )
-    .unwrap();
+    let frozen = specgate::train_heads::frozen_head(&model).unwrap();
     let trainer = Trainer::from_heads(&shipped.heads).unwrap();
     let dim = shipped.config.hidden_size;
     let hidden: Vec<f32> = (0..3 * dim)
