@@ -101,7 +101,11 @@ pub fn calibrate(
         let batch = data.rows(chunk, frozen)?;
         for (i, l) in trainer.logits(&batch, &frozen.lm)?.iter().enumerate() {
             rows[i].extend(l.flatten_all()?.to_vec1::<f32>()?);
-            labels[i].extend(chunk.iter().map(|&j| data.labels[j * heads + i]));
+            labels[i].extend(
+                chunk
+                    .iter()
+                    .map(|&j| frozen.column(data.labels[j * heads + i])),
+            );
         }
     }
     let mut out = Calibration {

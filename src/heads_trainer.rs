@@ -7,35 +7,46 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor, Var};
 use specgate_strategies::MedusaHeads;
 
+use crate::draft_vocab::DraftVocab;
 use crate::train_heads::{HeadsData, TrainError};
 
-/// The frozen target parts training reads: the LM head's first `draft_vocab` rows
-/// [draft vocab, hidden] — the tokens the drafter can propose (`DRAFT_VOCAB`), so training
-/// spends nothing on logits drafting never computes — and the embedding table the
-/// token-conditioned heads read: the LM head's first `embed_vocab` rows and a zero row for
-/// every later token, as the drafter sees it (`EMBED_VOCAB`).
+/// The frozen target parts training reads: the LM head's rows of the draft vocabulary
+/// [draft vocab, hidden] — the tokens the drafter can propose (`draft_vocab`), so training
+/// spends nothing on logits drafting never computes; labels become their columns — and the
+/// embedding table the token-conditioned heads read: the LM head's first `embed_vocab` rows
+/// and a zero row for every later token, as the drafter sees it (`EMBED_VOCAB`).
 pub struct FrozenHead {
     pub lm: Tensor,
     emb: Tensor,
     embed_vocab: usize,
+    /// Token id → column of `lm` (`u32::MAX`: not draftable).
+    columns: Vec<u32>,
 }
 
 impl FrozenHead {
-    pub fn new(lm: Tensor, embed_vocab: usize, draft_vocab: usize) -> Result<Self, TrainError> {
+    pub fn new(lm: Tensor, embed_vocab: usize, draft: &DraftVocab) -> Result<Self, TrainError> {
         let (vocab, dim) = lm.dims2()?;
         let embed_vocab = embed_vocab.min(vocab);
         let zero = Tensor::zeros((1, dim), DType::F32, lm.device())?;
         let emb = Tensor::cat(&[&lm.narrow(0, 0, embed_vocab)?, &zero], 0)?;
+        let ids = Tensor::from_slice(draft.ids(), draft.len(), lm.device())?;
         Ok(Self {
-            lm: lm.narrow(0, 0, draft_vocab.min(vocab))?.contiguous()?,
+            lm: lm.index_select(&ids, 0)?.contiguous()?,
             emb,
             embed_vocab,
+            columns: draft.columns(vocab),
         })
     }
 
-    /// Token ids the heads can draft: labels from here on are not learnable.
+    /// How many token ids the heads can draft: a label's column past this is not learnable.
     pub fn draft_vocab(&self) -> usize {
         self.lm.dims()[0]
+    }
+
+    /// Token `id`'s column among the draft logits (`u32::MAX` when it cannot be drafted):
+    /// what a label is scored against.
+    pub fn column(&self, id: u32) -> u32 {
+        self.columns.get(id as usize).copied().unwrap_or(u32::MAX)
     }
 
     /// Embeddings of the pending tokens: [n, hidden].
@@ -45,6 +56,18 @@ impl FrozenHead {
         let ids = Tensor::from_vec(ids, pending.len(), self.emb.device())?;
         Ok(self.emb.index_select(&ids, 0)?)
     }
+}
+
+/// The LM head as f32 [vocab, hidden] (dequantized once; frozen during training).
+pub fn lm_head_f32(path: &Path) -> Result<Tensor, TrainError> {
+    let (t, _) = crate::model::lm_head_tensor(path)?;
+    Ok(t.dequantize(&Device::Cpu)?)
+}
+
+/// The frozen LM head the served heads train and calibrate against: the model's LM head
+/// over the drafter's embedding vocabulary (`medusa_heads`) and the draft vocabulary `draft`.
+pub fn frozen_head(path: &Path, draft: &DraftVocab) -> Result<FrozenHead, TrainError> {
+    FrozenHead::new(lm_head_f32(path)?, crate::medusa_heads::EMBED_VOCAB, draft)
 }
 
 /// Mean cross-entropy of `logits` [n, vocab] against `labels` [n] over the rows whose label
@@ -69,8 +92,8 @@ pub fn masked_cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<Tensor, T
 
 /// A batch of training pairs: hidden states x [n, hidden], pending-token embeddings
 /// e [n, hidden], per head the embedding of the token before its target (`prev[0]` is e;
-/// later heads read the true token there, as a draft accepted so far has it) and labels
-/// [n, heads].
+/// later heads read the true token there, as a draft accepted so far has it) and the labels'
+/// columns in the draft vocabulary [n, heads] (`u32::MAX`: not draftable).
 pub struct Batch {
     pub x: Tensor,
     pub e: Tensor,
@@ -214,7 +237,7 @@ impl Trainer {
             let mut right = vec![vec![false; heads]; chunk.len()];
             for (i, l) in self.logits(&batch, &frozen.lm)?.iter().enumerate() {
                 for (r, row) in l.to_vec2::<f32>()?.iter().enumerate() {
-                    let label = data.labels[chunk[r] * heads + i] as usize;
+                    let label = frozen.column(data.labels[chunk[r] * heads + i]) as usize;
                     if label >= row.len() {
                         continue;
                     }

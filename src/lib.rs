@@ -9,6 +9,7 @@ pub mod bench_policy;
 pub mod bench_spec;
 pub mod chat;
 pub mod clock;
+pub mod draft_vocab;
 pub mod engine;
 pub mod faults;
 pub mod fetch;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+mod calibrate_cli;
 mod gateway_cli;
 mod train_cli;
 use serde_json::json;
@@ -43,7 +44,7 @@ enum Command {
     TrainHeads(train_cli::TrainHeadsArgs),
     /// Calibrate Medusa heads (the temperatures and coverage tree drafting ranks candidates
     /// by) on the held-out continuations of their training prompts.
-    CalibrateHeads(train_cli::CalibrateHeadsArgs),
+    CalibrateHeads(calibrate_cli::CalibrateHeadsArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -263,7 +264,7 @@ fn run() -> Result<()> {
         Command::Soak(args) => gateway_cli::run_soak(args),
         Command::TrainHeads(args) => train_cli::run(resolve_model(args.model.clone())?, args),
         Command::CalibrateHeads(args) => {
-            train_cli::run_calibrate(resolve_model(args.model.clone())?, args)
+            calibrate_cli::run(resolve_model(args.model.clone())?, args)
         }
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {

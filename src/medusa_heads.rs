@@ -4,7 +4,9 @@
 //! - `heads.json`: `{"format": "specgate-medusa/3", "num_heads", "hidden_size", "vocab_size",
 //!   "lm_head": "target", "target": "<file name>", "target_sha256": "<hex>"}` and, once
 //!   calibrated, `"temperatures"` and `"coverage"`: one each per head, how candidate trees
-//!   turn its logits into chances of acceptance (`heads_calibration`);
+//!   turn its logits into chances of acceptance (`heads_calibration`); and, optionally,
+//!   `"draft_vocab": "<file>"`, the token ids the heads draft from (`draft_vocab`; absent:
+//!   the first `DRAFT_VOCAB` ids);
 //! - `heads.safetensors`: `heads.{i}.weight` W [hidden, hidden], `heads.{i}.token_weight` U
 //!   [hidden, hidden], `heads.{i}.prev_weight` V [hidden, hidden] and `heads.{i}.bias` b
 //!   [hidden] (F32 or F16) for head i, computing h + SiLU(W·h + U·e + V·e_prev + b) on the
@@ -25,7 +27,10 @@ use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use specgate_strategies::{DraftError, LmHead, MedusaHeads, TokenId};
 
-use crate::model::{first_rows, lm_head_rows, Linear, MatmulBackend, ModelError, QuantRows};
+use crate::draft_vocab::{self, DraftVocab, DraftVocabFile};
+use crate::model::{
+    first_rows, lm_head_tensor, select_rows, Linear, MatmulBackend, ModelError, QuantRows,
+};
 
 /// Heads that read the pending token's embedding and, each, the token drafted before it (what
 /// `train-heads` writes).
@@ -75,11 +80,16 @@ pub struct HeadsConfig {
     /// the token there can be drafted at all); absent: 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub coverage: Vec<f32>,
+    /// The file in the heads' directory that lists the draft vocabulary (`draft_vocab`);
+    /// absent: the first `DRAFT_VOCAB` ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_vocab: Option<String>,
 }
 
-/// Token ids the heads draft from: the first 8192 of the target's (a sixth of SmolLM2's).
-/// BPE vocabularies number tokens in merge order, which follows frequency: these cover 88% of
-/// the default model's greedy output on the shipped prompt sets (16384: 94%). A draft step is
+/// How many token ids the heads draft from: 8192 (a sixth of SmolLM2's); which ones, a
+/// `draft_vocab` file says (else the first 8192). BPE vocabularies number tokens in merge
+/// order, which follows frequency: the first 8192 cover 88% of the default model's greedy
+/// output on the shipped prompt sets (16384: 94%). A draft step is
 /// bound by reading this LM head (30 MB whole, 5 MB cut): `bench spec` medusa k=1 measured c
 /// 0.13 at 16384 and 0.07 here, with the same first-head acceptance (0.23–0.30). The target
 /// still verifies over its whole vocabulary, so drafting from fewer tokens costs acceptance,
@@ -98,6 +108,7 @@ pub struct TargetLmHead {
     linear: Linear,
     rows: QuantRows,
     target_vocab: usize,
+    draft_ids: Vec<TokenId>,
 }
 
 impl LmHead for TargetLmHead {
@@ -107,6 +118,10 @@ impl LmHead for TargetLmHead {
 
     fn target_vocab(&self) -> usize {
         self.target_vocab
+    }
+
+    fn token_id(&self, index: usize) -> Option<TokenId> {
+        self.draft_ids.get(index).copied()
     }
 
     fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError> {
@@ -126,6 +141,7 @@ impl LmHead for TargetLmHead {
 #[derive(Clone)]
 pub struct MedusaBundle {
     pub config: HeadsConfig,
+    pub draft_vocab: DraftVocab,
     pub heads: Arc<MedusaHeads>,
     pub lm_head: Arc<dyn LmHead>,
 }
@@ -172,9 +188,13 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<HeadsConfig, MedusaError
 /// Load heads from `dir` for the GGUF at `target`.
 pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
     let cfg = read_config(dir, target)?;
-    let (rows, model_cfg) = lm_head_rows(target, EMBED_VOCAB)?;
-    let linear = Linear::new(first_rows(&rows, DRAFT_VOCAB)?, MatmulBackend::Kernels)?;
-    let rows = QuantRows::new(&rows)?;
+    let (lm_head, model_cfg) = lm_head_tensor(target)?;
+    let draft_vocab = read_draft_vocab(dir, &cfg, model_cfg.vocab_size)?;
+    let linear = Linear::new(
+        select_rows(&lm_head, draft_vocab.ids())?,
+        MatmulBackend::Kernels,
+    )?;
+    let rows = QuantRows::new(&first_rows(&lm_head, EMBED_VOCAB)?)?;
     if (model_cfg.hidden, model_cfg.vocab_size) != (cfg.hidden_size, cfg.vocab_size) {
         return Err(config_error(
             &dir.join("heads.json"),
@@ -194,8 +214,26 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
             linear,
             rows,
             target_vocab: model_cfg.vocab_size,
+            draft_ids: draft_vocab.ids().to_vec(),
         }),
+        draft_vocab,
     })
+}
+
+/// The draft vocabulary `cfg` names (a file in `dir`), else the first `DRAFT_VOCAB` ids.
+pub fn read_draft_vocab(
+    dir: &Path,
+    cfg: &HeadsConfig,
+    vocab: usize,
+) -> Result<DraftVocab, MedusaError> {
+    let Some(file) = &cfg.draft_vocab else {
+        return Ok(DraftVocab::first(DRAFT_VOCAB.min(vocab)));
+    };
+    let bad = |why: String| config_error(&dir.join("heads.json"), why);
+    if Path::new(file).components().count() != 1 {
+        return Err(bad(format!("draft_vocab {file:?} is not a file name")));
+    }
+    draft_vocab::read(&dir.join(file), vocab).map_err(bad)
 }
 
 /// The config's calibration: temperatures (none, or one finite positive value per head) and
@@ -320,6 +358,17 @@ pub fn save(dir: &Path, heads: &MedusaHeads, cfg: &HeadsConfig) -> Result<(), Me
         ..cfg.clone()
     };
     write_config(dir, &cfg)
+}
+
+/// The file a ranked draft vocabulary is written to, beside the heads.
+pub const DRAFT_VOCAB_FILE: &str = "draft_vocab.json";
+
+/// Write a ranked draft vocabulary to `dir/draft_vocab.json`; the heads use it once their
+/// config names it (`draft_vocab`).
+pub fn save_draft_vocab(dir: &Path, file: &DraftVocabFile) -> Result<(), MedusaError> {
+    std::fs::create_dir_all(dir).map_err(|e| MedusaError::Io(e.to_string()))?;
+    draft_vocab::write(&dir.join(DRAFT_VOCAB_FILE), file)
+        .map_err(|e| MedusaError::Io(e.to_string()))
 }
 
 /// Write `dir/heads.json` (after checking its calibration fits its heads).

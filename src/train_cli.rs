@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use clap::Args;
 use specgate::chat::ChatMessage;
+use specgate::draft_vocab::{count_tokens, DraftVocab, DraftVocabFile};
 use specgate::heads_calibration::{self, Calibration};
 use specgate::loaded::LoadedModel;
 use specgate::medusa_heads::{self, HeadsConfig};
@@ -53,12 +54,25 @@ pub struct TrainHeadsArgs {
     /// Most tokens a sampled-prefix continuation samples (each draws 1..=this).
     #[arg(long, default_value_t = 24)]
     max_sampled_prefix: usize,
+    /// Which token ids the heads draft from: the first ids (`first`: BPE merge order, a
+    /// general frequency order) or the most frequent in the training continuations
+    /// (`ranked`). Ranking pays when the training prompts are the traffic the heads will
+    /// serve: on held-out prompts of the same file it raised the chain length from 0.719 to
+    /// 0.793, but on the shipped bench sets, whose text differs, tokens per pass fell 1-3%.
+    #[arg(long, value_enum, default_value_t = VocabChoice::First)]
+    draft_vocab: VocabChoice,
     /// Start over instead of resuming from the work directory.
     #[arg(long)]
     fresh: bool,
 }
 
-fn read_prompts(path: &Path, lm: &LoadedModel) -> Result<Vec<Vec<u32>>> {
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum VocabChoice {
+    Ranked,
+    First,
+}
+
+pub(crate) fn read_prompts(path: &Path, lm: &LoadedModel) -> Result<Vec<Vec<u32>>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
@@ -156,7 +170,18 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         train.len(),
         held.len()
     )?;
-    let frozen = train_heads::frozen_head(&model)?;
+    // Ranked on the training pairs alone, so held-out accuracy measures it fairly; the same
+    // data ranks it the same way when training resumes.
+    let vocab = lm.model.config().vocab_size;
+    let labels = train_heads::label_tokens(&train);
+    let draft_vocab = match args.draft_vocab {
+        VocabChoice::Ranked => DraftVocab::ranked(
+            &count_tokens(labels.iter().copied(), vocab),
+            medusa_heads::DRAFT_VOCAB,
+        ),
+        VocabChoice::First => DraftVocab::first(medusa_heads::DRAFT_VOCAB.min(vocab)),
+    };
+    let frozen = train_heads::frozen_head(&model, &draft_vocab)?;
     let mut trainer = if ckpt.exists() && !args.fresh {
         let tr = Trainer::load_checkpoint(&ckpt)?;
         writeln!(log, "resuming at step {}", tr.step)?;
@@ -222,11 +247,23 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
         target_sha256: medusa_heads::sha256_of(&model)?,
         temperatures: Vec::new(),
         coverage: Vec::new(),
+        draft_vocab: (args.draft_vocab == VocabChoice::Ranked)
+            .then(|| medusa_heads::DRAFT_VOCAB_FILE.into()),
     };
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| medusa_heads::default_dir(&model));
+    if heads_cfg.draft_vocab.is_some() {
+        medusa_heads::save_draft_vocab(
+            &out,
+            &DraftVocabFile {
+                ids: draft_vocab.ids().to_vec(),
+                ranked_on: labels.len() as u64,
+                source: format!("greedy continuations of {}", args.prompts.display()),
+            },
+        )?;
+    }
     medusa_heads::save(&out, &heads, &heads_cfg)?;
     let report = TrainReport {
         prompts: prompts.len(),
@@ -253,9 +290,9 @@ pub fn run(model: PathBuf, args: TrainHeadsArgs) -> Result<()> {
 
 /// Held-out pairs a calibration fits on (evenly spaced; the logits of 4096 pairs over the
 /// draft vocabulary take 128 MiB per head).
-const CALIBRATION_PAIRS: usize = 4096;
+pub(crate) const CALIBRATION_PAIRS: usize = 4096;
 
-fn log_calibration(log: &mut impl Write, c: &Calibration) -> Result<()> {
+pub(crate) fn log_calibration(log: &mut impl Write, c: &Calibration) -> Result<()> {
     for (i, t) in c.temperatures.iter().enumerate() {
         writeln!(
             log,
@@ -264,80 +301,5 @@ fn log_calibration(log: &mut impl Write, c: &Calibration) -> Result<()> {
             c.nll_before[i], c.nll_after[i], c.coverage[i], c.pairs
         )?;
     }
-    Ok(())
-}
-
-#[derive(Args)]
-pub struct CalibrateHeadsArgs {
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// The heads to calibrate (default: the shipped heads for the model).
-    #[arg(long)]
-    heads: Option<PathBuf>,
-    /// The prompt file the heads were trained from: its held-out prompts are continued.
-    #[arg(long, default_value = "strategies/data/medusa/train_prompts.jsonl")]
-    prompts: PathBuf,
-    /// Every n-th prompt is held out (as in train-heads).
-    #[arg(long, default_value_t = 8)]
-    holdout_every: usize,
-    #[arg(long, default_value_t = 160)]
-    max_new_tokens: usize,
-}
-
-/// `specgate calibrate-heads`: fit existing heads' temperatures and measure their coverage on
-/// the held-out continuations of their training prompts, and write both into `heads.json` and
-/// `report.json` (the weights stay as they are).
-pub fn run_calibrate(model: PathBuf, args: CalibrateHeadsArgs) -> Result<()> {
-    let log = &mut std::io::stderr();
-    let dir = args
-        .heads
-        .clone()
-        .unwrap_or_else(|| medusa_heads::default_dir(&model));
-    let bundle = medusa_heads::load(&dir, &model)?;
-    let mut lm = LoadedModel::load(&model)?;
-    let prompts = read_prompts(&args.prompts, &lm)?;
-    writeln!(
-        log,
-        "continuing the held-out prompts of {}",
-        args.prompts.display()
-    )?;
-    let held = train_heads::collect_held_out(
-        &mut lm,
-        &prompts,
-        args.max_new_tokens,
-        bundle.heads.num_heads(),
-        args.holdout_every,
-    )?;
-    let frozen = train_heads::frozen_head(&model)?;
-    let trainer = Trainer::from_heads(&bundle.heads)?;
-    let calibration = heads_calibration::calibrate(&trainer, &held, &frozen, CALIBRATION_PAIRS)?;
-    log_calibration(log, &calibration)?;
-    let cfg = HeadsConfig {
-        temperatures: calibration.temperatures.clone(),
-        coverage: calibration.coverage.clone(),
-        ..bundle.config
-    };
-    medusa_heads::write_config(&dir, &cfg)?;
-    writeln!(
-        log,
-        "calibration written to {}",
-        dir.join("heads.json").display()
-    )?;
-    add_to_report(&dir.join("report.json"), &calibration)?;
-    println!("{}", serde_json::to_string_pretty(&calibration)?);
-    Ok(())
-}
-
-/// Record `calibration` in the heads' training report, when they have one.
-fn add_to_report(path: &Path, calibration: &Calibration) -> Result<()> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
-    let mut report: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
-    if let Some(map) = report.as_object_mut() {
-        map.insert("calibration".into(), serde_json::to_value(calibration)?);
-    }
-    std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
     Ok(())
 }

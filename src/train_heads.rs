@@ -13,7 +13,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use specgate_strategies::{argmax, SamplingParams, TokenId};
 
-pub use crate::heads_trainer::{masked_cross_entropy, Accuracy, Batch, FrozenHead, Trainer};
+pub use crate::heads_trainer::{
+    frozen_head, lm_head_f32, masked_cross_entropy, Accuracy, Batch, FrozenHead, Trainer,
+};
 
 use crate::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
@@ -67,7 +69,11 @@ impl HeadsData {
         let mut pending = Vec::with_capacity(idx.len());
         for &i in idx {
             x.extend_from_slice(&self.hidden[i * d..(i + 1) * d]);
-            y.extend_from_slice(&self.labels[i * h..(i + 1) * h]);
+            y.extend(
+                self.labels[i * h..(i + 1) * h]
+                    .iter()
+                    .map(|&t| frozen.column(t)),
+            );
             pending.push(self.pending[i]);
         }
         let e = frozen.embed(&pending)?;
@@ -267,6 +273,38 @@ pub fn collect_held_out(
     Ok(held)
 }
 
+/// The target's greedy tokens continuing every `every`-th training prompt (held-out prompts
+/// left out): what a draft vocabulary is ranked on without training heads.
+pub fn training_tokens(
+    lm: &mut LoadedModel,
+    prompts: &[Vec<TokenId>],
+    max_new: usize,
+    holdout_every: usize,
+    every: usize,
+) -> Result<Vec<TokenId>, TrainError> {
+    let jobs: Vec<_> = (0..prompts.len())
+        .filter(|&p| !held_out(p, holdout_every))
+        .step_by(every.max(1))
+        .map(|p| (p, 0))
+        .collect();
+    let mut tokens = Vec::new();
+    for chunk in jobs.chunks(32) {
+        for c in continue_batch(lm, prompts, chunk, max_new, Variants::NONE)? {
+            tokens.extend_from_slice(&c.tokens[c.greedy_from.min(c.tokens.len())..]);
+        }
+    }
+    Ok(tokens)
+}
+
+/// Every token a drafter had to guess in `data`, once each (head 0's labels).
+pub fn label_tokens(data: &HeadsData) -> Vec<TokenId> {
+    data.labels
+        .iter()
+        .step_by(data.heads.max(1))
+        .copied()
+        .collect()
+}
+
 fn collect_jobs(
     lm: &mut LoadedModel,
     prompts: &[Vec<TokenId>],
@@ -296,22 +334,6 @@ fn collect_jobs(
         }
     }
     Ok((train, held))
-}
-
-/// The LM head as f32 [vocab, hidden] (dequantized once; frozen during training).
-pub fn lm_head_f32(path: &Path) -> Result<Tensor, TrainError> {
-    let (t, _) = crate::model::lm_head_tensor(path)?;
-    Ok(t.dequantize(&Device::Cpu)?)
-}
-
-/// The frozen LM head the served heads train and calibrate against: the model's LM head
-/// over the drafter's embedding and draft vocabularies (`medusa_heads`).
-pub fn frozen_head(path: &Path) -> Result<FrozenHead, TrainError> {
-    FrozenHead::new(
-        lm_head_f32(path)?,
-        crate::medusa_heads::EMBED_VOCAB,
-        crate::medusa_heads::DRAFT_VOCAB,
-    )
 }
 
 /// What a training run reports.

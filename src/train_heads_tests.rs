@@ -1,4 +1,5 @@
 use super::*;
+use crate::draft_vocab::DraftVocab;
 use rand::Rng;
 
 /// Mean loss over heads on the first 256 pairs.
@@ -63,7 +64,10 @@ fn synthetic(n: usize, heads: usize, labels: Labels) -> (HeadsData, FrozenHead) 
         data.pending.push(pending);
     }
     let lm = Tensor::from_vec(lm, (v, d), &Device::Cpu).unwrap();
-    (data, FrozenHead::new(lm, 12, v).unwrap())
+    (
+        data,
+        FrozenHead::new(lm, 12, &DraftVocab::first(v)).unwrap(),
+    )
 }
 
 #[test]
@@ -185,7 +189,7 @@ fn labels_the_drafter_cannot_propose_teach_nothing_and_count_as_misses() {
     // Draft vocabulary 8 of 16: every label from 8 on is a miss, whatever the logits.
     let (mut data, full) = synthetic(64, 1, Labels::Projection);
     data.labels.iter_mut().for_each(|y| *y = 8 + *y % 8);
-    let cut = FrozenHead::new(full.lm.clone(), 12, 8).unwrap();
+    let cut = FrozenHead::new(full.lm.clone(), 12, &DraftVocab::first(8)).unwrap();
     let t = Trainer::new(1, 8).unwrap();
     assert_eq!(cut.draft_vocab(), 8);
     assert_eq!(t.accuracy(&data, &cut).unwrap().per_head, vec![(0.0, 0.0)]);
@@ -220,4 +224,33 @@ fn a_resumed_run_matches_an_uninterrupted_one() {
             .fold(0.0, f32::max);
         assert!(diff < 1e-6, "resumed weights differ by {diff}");
     }
+}
+
+#[test]
+fn labels_are_scored_at_their_columns_in_a_ranked_draft_vocabulary() {
+    let (data, first) = synthetic(256, 2, Labels::Projection);
+    let t = trained_two_heads(&data, &first);
+    // The same 16 ids in another order: the same heads score the same.
+    let shuffled: Vec<u32> = (0..16).map(|i| (i * 5 + 3) % 16).collect();
+    let ranked = FrozenHead::new(
+        first.lm.clone(),
+        12,
+        &DraftVocab::from_ids(shuffled, 16).unwrap(),
+    )
+    .unwrap();
+    let (a, b) = (
+        t.accuracy(&data, &first).unwrap(),
+        t.accuracy(&data, &ranked).unwrap(),
+    );
+    assert!(a.per_head[0].0 > 0.0);
+    assert_eq!(a.per_head, b.per_head);
+    assert!((mean_loss(&t, &data, &first) - mean_loss(&t, &data, &ranked)).abs() < 1e-5);
+    // Ids 8..16 only: labels 8.. count, labels below 8 are misses.
+    let upper = DraftVocab::from_ids((8..16).collect(), 16).unwrap();
+    let upper = FrozenHead::new(first.lm.clone(), 12, &upper).unwrap();
+    assert_eq!(upper.column(9), 1);
+    assert_eq!(upper.column(3), u32::MAX);
+    let head0 = data.labels.iter().step_by(2);
+    let inside = head0.filter(|&&y| y >= 8).count() as f64 / data.len() as f64;
+    assert!(t.accuracy(&data, &upper).unwrap().per_head[0].0 <= inside + 1e-12);
 }

@@ -213,7 +213,7 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
     assert_eq!(shipped.heads.coverage.len(), n);
     // `calibrate-heads` fits on the trainer's logits of the loaded heads: they must be the
     // drafter's (up to the 8-bit activations of the drafter's LM-head kernel).
-    let frozen = specgate::train_heads::frozen_head(&model).unwrap();
+    let frozen = specgate::train_heads::frozen_head(&model, &shipped.draft_vocab).unwrap();
     let trainer = Trainer::from_heads(&shipped.heads).unwrap();
     let dim = shipped.config.hidden_size;
     let hidden: Vec<f32> = (0..3 * dim)
@@ -306,8 +306,9 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     let model = common::model_path();
     let shipped = medusa_heads::default_dir(&model);
     let dir = tempfile::tempdir().unwrap();
-    for f in ["heads.json", "heads.safetensors", "report.json"] {
-        std::fs::copy(shipped.join(f), dir.path().join(f)).unwrap();
+    for f in std::fs::read_dir(&shipped).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
     }
     let mut cfg = medusa_heads::read_config(dir.path(), &model).unwrap();
     cfg.temperatures.clear();
@@ -322,7 +323,7 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     let prompts = dir.path().join("prompts.jsonl");
     let lines: Vec<&str> = train.lines().take(16).collect();
     std::fs::write(&prompts, lines.join("\n")).unwrap();
-    let run = |heads: &std::path::Path| {
+    let run = |heads: &std::path::Path, extra: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
             .args(["calibrate-heads", "--max-new-tokens", "48", "--model"])
             .arg(&model)
@@ -330,10 +331,11 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
             .arg(heads)
             .arg("--prompts")
             .arg(&prompts)
+            .args(extra)
             .output()
             .expect("run")
     };
-    let out = run(dir.path());
+    let out = run(dir.path(), &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -364,10 +366,48 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
         std::fs::read(shipped.join("heads.safetensors")).unwrap(),
         "the weights are untouched"
     );
+    // --rank-vocab ranks the draft vocabulary on the 14 training prompts' continuations,
+    // writes it beside the heads, and the drafter then drafts those ids.
+    std::fs::remove_file(dir.path().join("draft_vocab.json")).ok();
+    let out = run(dir.path(), &["--rank-vocab"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file: specgate::draft_vocab::DraftVocabFile = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("draft_vocab.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(file.ids.len(), medusa_heads::DRAFT_VOCAB);
+    assert!(file.ranked_on > 0 && file.source.contains("prompts.jsonl"));
+    let ranked = medusa_heads::load(dir.path(), &model).unwrap();
+    assert_eq!(
+        ranked.config.draft_vocab.as_deref(),
+        Some("draft_vocab.json")
+    );
+    assert_eq!(ranked.draft_vocab.ids(), file.ids);
+    assert_eq!(ranked.lm_head.token_id(0), Some(file.ids[0]));
+    assert_ne!(file.ids, (0..file.ids.len() as u32).collect::<Vec<_>>());
+    // A draft vocabulary that repeats an id, or a config that names a path, is refused.
+    let mut bad = file.clone();
+    bad.ids[1] = bad.ids[0];
+    medusa_heads::save_draft_vocab(dir.path(), &bad).unwrap();
+    let err = medusa_heads::load(dir.path(), &model)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("appears twice"), "{err}");
+    let mut escape = ranked.config.clone();
+    escape.draft_vocab = Some("../draft_vocab.json".into());
+    medusa_heads::write_config(dir.path(), &escape).unwrap();
+    let err = medusa_heads::load(dir.path(), &model)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("not a file name"), "{err}");
     // Heads for another model: one line on stderr, a non-zero exit, nothing written.
     cfg.target_sha256 = "00".repeat(32);
     medusa_heads::write_config(dir.path(), &cfg).unwrap();
-    let out = run(dir.path());
+    let out = run(dir.path(), &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("train-heads"),
@@ -380,4 +420,68 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
         json.get("temperatures").is_none() && json.get("coverage").is_none(),
         "{json}"
     );
+}
+
+#[test]
+fn train_heads_with_a_ranked_draft_vocabulary_writes_heads_that_draft_its_ids() {
+    let model = common::model_path();
+    let dir = tempfile::tempdir().unwrap();
+    let train = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("strategies/data/medusa/train_prompts.jsonl"),
+    )
+    .unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        train.lines().take(16).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("heads");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+        .args([
+            "train-heads",
+            "--max-new-tokens",
+            "32",
+            "--steps",
+            "4",
+            "--batch",
+            "16",
+        ])
+        .args([
+            "--sampled-variants",
+            "0",
+            "--draft-vocab",
+            "ranked",
+            "--model",
+        ])
+        .arg(&model)
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--work")
+        .arg(dir.path().join("work"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = medusa_heads::load(&out_dir, &model).expect("the new heads load");
+    let file: specgate::draft_vocab::DraftVocabFile =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("draft_vocab.json")).unwrap())
+            .unwrap();
+    // Ranked on the 14 training prompts' labels; ids never seen follow in id order.
+    assert!(file.ranked_on > 0);
+    assert_eq!(bundle.draft_vocab.ids(), file.ids);
+    assert_eq!(bundle.draft_vocab.len(), medusa_heads::DRAFT_VOCAB);
+    assert_ne!(file.ids[..16], (0..16).collect::<Vec<u32>>()[..]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+            .unwrap();
+    // Coverage is measured on held-out prompts 0 and 8 against that vocabulary.
+    let coverage = report["calibration"]["coverage"][0].as_f64().unwrap();
+    assert!((0.5..=1.0).contains(&coverage), "{report}");
 }

@@ -21,7 +21,7 @@ pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use linear::MatmulBackend;
 use specgate_strategies::TokenId;
-pub use weights::{first_rows, lm_head_rows, lm_head_tensor, read_header, QuantRows};
+pub use weights::{first_rows, lm_head_tensor, read_header, select_rows, QuantRows};
 
 /// GGUF key-value metadata.
 pub type GgufMetadata = HashMap<String, candle_core::quantized::gguf_file::Value>;

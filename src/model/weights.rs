@@ -167,14 +167,30 @@ pub fn first_rows(t: &QTensor, rows: usize) -> Result<QTensor, ModelError> {
     )?)
 }
 
-/// Only the LM head of a GGUF, cut to its first `rows` token ids, and the config: what Medusa
-/// heads need of the target, without loading its layers.
-pub fn lm_head_rows(path: &Path, rows: usize) -> Result<(QTensor, ModelConfig), ModelError> {
-    let (t, config) = lm_head_tensor(path)?;
-    if rows < config.vocab_size {
-        return Ok((first_rows(&t, rows)?, config));
+/// Rows `ids` of a GGUF matrix, in that order ([out, in] → [ids.len(), in]): a draft
+/// vocabulary's rows of the LM head. An id past the matrix is an error.
+pub fn select_rows(t: &QTensor, ids: &[u32]) -> Result<QTensor, ModelError> {
+    let (out_dim, in_dim) = t.shape().dims2()?;
+    let dtype = t.dtype();
+    let len = row_bytes(dtype, in_dim);
+    let bytes = t.data()?;
+    let mut picked = Vec::with_capacity(ids.len() * len);
+    for &id in ids {
+        let i = id as usize;
+        let row = bytes
+            .get(i * len..(i + 1) * len)
+            .filter(|_| i < out_dim)
+            .ok_or_else(|| {
+                ModelError::Format(format!("row {id} lies past a {out_dim}x{in_dim} matrix"))
+            })?;
+        picked.extend_from_slice(row);
     }
-    Ok((t, config))
+    Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+        dtype,
+        &picked,
+        vec![ids.len(), in_dim],
+        &Device::Cpu,
+    )?)
 }
 
 /// A quantized matrix's bytes kept to dequantize single rows (an embedding lookup).

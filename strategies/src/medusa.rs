@@ -14,14 +14,19 @@ use crate::tree::{build_tree, kth_joint, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
 
 /// The target's LM head, as the drafter sees it: [rows, hidden] → [rows, vocab], the logits
-/// of token ids `0..vocab()`. A draft vocabulary may stop short of the target's: the heads
-/// then never propose the ids past it.
+/// of a draft vocabulary's `vocab()` token ids (`token_id` maps a column to its id). A draft
+/// vocabulary may be smaller than the target's: the heads then never propose the other ids.
 pub trait LmHead: Send + Sync {
     fn vocab(&self) -> usize;
     fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError>;
-    /// The target's vocabulary: the length of a q row (zeros past `vocab()`).
+    /// The target's vocabulary: the length of a q row (zeros where nothing can be drafted).
     fn target_vocab(&self) -> usize {
         self.vocab()
+    }
+    /// The token id of logit column `index` (None past the draft vocabulary); by default the
+    /// columns are the first ids in order.
+    fn token_id(&self, index: usize) -> Option<TokenId> {
+        (index < self.vocab()).then_some(index as TokenId)
     }
     /// Row `token` of the LM head ([hidden]): the embedding token-conditioned heads read.
     /// None past the embedding vocabulary (the heads were trained with a zero vector there)
@@ -105,17 +110,17 @@ impl Drafter for MedusaDrafter {
         let logits = self.logits(&self.heads.states(h, e, n), n)?;
         let vocab = self.lm_head.vocab();
         if greedy && self.tree_budget > 0 {
-            let candidates: Vec<_> = logits
+            let candidates = logits
                 .chunks_exact(vocab)
                 .enumerate()
-                .map(|(i, r)| self.heads.candidates(i, r, TREE_TOP_N))
-                .collect();
+                .map(|(i, r)| self.candidates(i, r))
+                .collect::<Result<Vec<_>, _>>()?;
             let budget = self.tree_budget.min(k);
             return Ok(Draft::tree(build_tree(&candidates, budget)));
         }
         let mut draft = Draft::empty();
         for row in logits.chunks_exact(vocab) {
-            self.pick(ctx, row, &mut draft);
+            self.pick(ctx, row, &mut draft)?;
         }
         Ok(draft)
     }
@@ -131,17 +136,45 @@ impl MedusaDrafter {
         Ok(logits)
     }
 
+    /// The token id of logit column `index`; a column the LM head cannot name, or an id past
+    /// the target's vocabulary, is a drafter fault.
+    fn token_at(&self, index: usize) -> Result<TokenId, DraftError> {
+        self.lm_head
+            .token_id(index)
+            .filter(|&t| (t as usize) < self.lm_head.target_vocab().max(self.lm_head.vocab()))
+            .ok_or_else(|| DraftError(format!("draft column {index} names no token")))
+    }
+
+    /// Head i's likeliest tokens in `row` with their calibrated chances, as token ids.
+    fn candidates(&self, i: usize, row: &[f32]) -> Result<Vec<(TokenId, f32)>, DraftError> {
+        self.heads
+            .candidates(i, row, TREE_TOP_N)
+            .into_iter()
+            .map(|(c, p)| Ok((self.token_at(c as usize)?, p)))
+            .collect()
+    }
+
     /// Append the token a head's logits give: the argmax for greedy requests, else a sample
     /// with its q (over the target's vocabulary: ids the heads cannot draft have q = 0).
-    fn pick(&mut self, ctx: &DraftContext<'_>, row: &[f32], draft: &mut Draft) {
+    fn pick(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        row: &[f32],
+        draft: &mut Draft,
+    ) -> Result<(), DraftError> {
         if ctx.sampling.is_greedy() {
-            draft.tokens.push(argmax(row));
-            return;
+            draft.tokens.push(self.token_at(argmax(row) as usize)?);
+            return Ok(());
         }
-        let mut probs = ctx.sampling.probs(row);
-        probs.resize(self.lm_head.target_vocab().max(row.len()), 0.0);
-        draft.tokens.push(sample_from(&probs, &mut self.rng));
-        draft.q.get_or_insert_with(Vec::new).push(probs);
+        let probs = ctx.sampling.probs(row);
+        let column = sample_from(&probs, &mut self.rng) as usize;
+        let mut q = vec![0.0; self.lm_head.target_vocab().max(row.len())];
+        for (i, &p) in probs.iter().enumerate() {
+            q[self.token_at(i)? as usize] = p;
+        }
+        draft.tokens.push(self.token_at(column)?);
+        draft.q.get_or_insert_with(Vec::new).push(q);
+        Ok(())
     }
 
     /// The embedding a chained head reads for `token` (None: a zero vector, as in training).
@@ -168,7 +201,7 @@ impl MedusaDrafter {
         for i in 0..n {
             let state = self.heads.state(i, h, e, prev.as_deref());
             let row = self.logits(&state, 1)?;
-            self.pick(ctx, &row, &mut draft);
+            self.pick(ctx, &row, &mut draft)?;
             prev = match draft.tokens.last() {
                 Some(&t) => self.row_of(t)?,
                 None => None,
@@ -221,7 +254,7 @@ impl MedusaDrafter {
                 .zip(logits.chunks_exact(self.lm_head.vocab()))
             {
                 let joint = parent.map_or(1.0, |i| pool[i].joint);
-                for (token, p) in self.heads.candidates(d, row, TREE_TOP_N) {
+                for (token, p) in self.candidates(d, row)? {
                     level.push(pool.len());
                     pool.push(PoolNode {
                         token,
@@ -395,6 +428,65 @@ mod tests {
             d.propose(&ctx(Some(&h), &greedy), 2).unwrap().tokens,
             [2, 2]
         );
+    }
+
+    /// Three columns naming ids 3, 0 and 2 of a 4-token vocabulary (a frequency-ranked draft
+    /// vocabulary is not the first ids in order); logits are the state's first three values.
+    /// `broken` names no token for column 1.
+    struct Ranked {
+        broken: bool,
+    }
+    impl LmHead for Ranked {
+        fn vocab(&self) -> usize {
+            3
+        }
+        fn logits(&self, rows: &[f32]) -> Result<Vec<f32>, DraftError> {
+            Ok(rows.chunks_exact(4).flat_map(|r| r[..3].to_vec()).collect())
+        }
+        fn target_vocab(&self) -> usize {
+            4
+        }
+        fn token_id(&self, index: usize) -> Option<TokenId> {
+            match index {
+                1 if self.broken => None,
+                _ => [3, 0, 2].get(index).copied(),
+            }
+        }
+    }
+
+    #[test]
+    fn drafts_name_the_draft_vocabularys_ids_not_its_columns() {
+        let heads = Arc::new(MedusaHeads::zeros(2, 4));
+        let h = [1.0, 5.0, 2.0, 9.0]; // column 1 (id 0) wins among the three
+        let lm = || Arc::new(Ranked { broken: false });
+        let greedy = SamplingParams::greedy();
+        let mut d = MedusaDrafter::new(Arc::clone(&heads), lm(), 0);
+        assert_eq!(
+            d.propose(&ctx(Some(&h), &greedy), 2).unwrap().tokens,
+            [0, 0]
+        );
+        let mut tree = MedusaDrafter::new(Arc::clone(&heads), lm(), 0).with_tree(6);
+        let t = tree.propose(&ctx(Some(&h), &greedy), 6).unwrap();
+        assert_eq!(t.tokens[0], 0, "the likeliest root is column 1's id");
+        assert!(t.tokens.iter().all(|&x| x != 1), "id 1 is not draftable");
+        let sampled = SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::greedy()
+        };
+        let mut s = MedusaDrafter::new(Arc::clone(&heads), lm(), 5);
+        let draft = s.propose(&ctx(Some(&h), &sampled), 2).unwrap();
+        for (q, &tok) in draft.q.expect("q").iter().zip(&draft.tokens) {
+            // softmax([1, 5, 2]) scattered to ids 3, 0, 2.
+            let z = 1f32.exp() + 5f32.exp() + 2f32.exp();
+            let want = [5f32.exp() / z, 0.0, 2f32.exp() / z, 1f32.exp() / z];
+            for (got, want) in q.iter().zip(want) {
+                assert!((got - want).abs() < 1e-5, "{q:?}");
+            }
+            assert!(q[tok as usize] > 0.0, "the sampled id carries its q");
+        }
+        let mut broken = MedusaDrafter::new(heads, Arc::new(Ranked { broken: true }), 0);
+        let err = broken.propose(&ctx(Some(&h), &greedy), 1).unwrap_err();
+        assert!(err.0.contains("column 1 names no token"), "{err:?}");
     }
 
     #[test]
