@@ -45,6 +45,10 @@ pub struct MedusaDrafter {
     /// Greedy requests get a candidate tree of up to this many nodes, and at most k (0: a
     /// chain).
     tree_budget: usize,
+    /// A chain stops before a guess whose chance of acceptance, joint with the guesses
+    /// before it (the heads' calibrated probabilities), falls below this: a verify row that
+    /// is likely rejected costs more than it is expected to commit.
+    min_chance: f32,
 }
 
 /// Candidates per parent when building a tree: as many as a 16-node tree could take from one
@@ -62,7 +66,14 @@ impl MedusaDrafter {
             lm_head,
             rng: StdRng::seed_from_u64(seed),
             tree_budget: 0,
+            min_chance: 0.0,
         }
+    }
+
+    /// Stop chains at a joint chance of acceptance below `p` (0: always draft k).
+    pub fn with_min_chance(mut self, p: f32) -> Self {
+        self.min_chance = p;
+        self
     }
 
     /// Draft candidate trees of up to `budget` nodes for greedy requests (sampled ones keep
@@ -119,7 +130,11 @@ impl Drafter for MedusaDrafter {
             return Ok(Draft::tree(build_tree(&candidates, budget)));
         }
         let mut draft = Draft::empty();
-        for row in logits.chunks_exact(vocab) {
+        let mut joint = 1.0;
+        for (i, row) in logits.chunks_exact(vocab).enumerate() {
+            if !self.still_likely(i, row, &mut joint) {
+                break;
+            }
             self.pick(ctx, row, &mut draft)?;
         }
         Ok(draft)
@@ -143,6 +158,17 @@ impl MedusaDrafter {
             .token_id(index)
             .filter(|&t| (t as usize) < self.lm_head.target_vocab().max(self.lm_head.vocab()))
             .ok_or_else(|| DraftError(format!("draft column {index} names no token")))
+    }
+
+    /// Multiply `joint` by head i's calibrated chance of its likeliest token in `row`;
+    /// whether the chain should still draft it.
+    fn still_likely(&self, i: usize, row: &[f32], joint: &mut f32) -> bool {
+        if self.min_chance <= 0.0 {
+            return true;
+        }
+        let top = self.heads.candidates(i, row, 1);
+        *joint *= top.first().map_or(0.0, |&(_, p)| p);
+        *joint >= self.min_chance
     }
 
     /// Head i's likeliest tokens in `row` with their calibrated chances, as token ids.
@@ -197,10 +223,14 @@ impl MedusaDrafter {
         n: usize,
     ) -> Result<Draft, DraftError> {
         let mut draft = Draft::empty();
+        let mut joint = 1.0;
         let mut prev = e.map(<[f32]>::to_vec);
         for i in 0..n {
             let state = self.heads.state(i, h, e, prev.as_deref());
             let row = self.logits(&state, 1)?;
+            if !self.still_likely(i, &row, &mut joint) {
+                break;
+            }
             self.pick(ctx, &row, &mut draft)?;
             prev = match draft.tokens.last() {
                 Some(&t) => self.row_of(t)?,
@@ -487,6 +517,26 @@ mod tests {
         let mut broken = MedusaDrafter::new(heads, Arc::new(Ranked { broken: true }), 0);
         let err = broken.propose(&ctx(Some(&h), &greedy), 1).unwrap_err();
         assert!(err.0.contains("column 1 names no token"), "{err:?}");
+    }
+
+    #[test]
+    fn a_chain_stops_where_its_joint_chance_of_acceptance_falls_below_the_floor() {
+        let heads = Arc::new(MedusaHeads::zeros(3, 4));
+        let greedy = SamplingParams::greedy();
+        let propose = |h: &[f32], floor: f32| {
+            MedusaDrafter::new(Arc::clone(&heads), Arc::new(Identity), 0)
+                .with_min_chance(floor)
+                .propose(&ctx(Some(h), &greedy), 3)
+                .unwrap()
+                .tokens
+                .len()
+        };
+        let unsure = [0.0, 0.5, 0.0, 0.0]; // each head: p(top) = 0.35
+        let sure = [0.0, 9.0, 0.0, 0.0]; // p(top) ≈ 1
+        assert_eq!(propose(&unsure, 0.0), 3, "no floor: k guesses");
+        assert_eq!(propose(&unsure, 0.3), 1, "0.35, then 0.35² = 0.12 < 0.3");
+        assert_eq!(propose(&unsure, 0.4), 0, "not even the first");
+        assert_eq!(propose(&sure, 0.3), 3);
     }
 
     #[test]
