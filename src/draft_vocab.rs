@@ -93,19 +93,6 @@ impl DraftVocab {
         col
     }
 
-    /// The share of `tokens` the heads could draft.
-    pub fn coverage(&self, tokens: &[TokenId]) -> f64 {
-        if tokens.is_empty() {
-            return 1.0;
-        }
-        let col = self.columns(0);
-        let inside = tokens
-            .iter()
-            .filter(|&&t| col.get(t as usize).is_some_and(|&c| c != u32::MAX))
-            .count();
-        inside as f64 / tokens.len() as f64
-    }
-
     fn max_id(&self) -> usize {
         self.ids.iter().max().map_or(0, |&m| m as usize)
     }
@@ -150,12 +137,10 @@ mod tests {
     }
 
     #[test]
-    fn columns_and_coverage_follow_the_ids_not_their_order() {
+    fn columns_follow_the_ids_not_their_order() {
         let v = DraftVocab::from_ids(vec![7, 2], 8).unwrap();
         let col = v.columns(8);
         assert_eq!((col[7], col[2], col[0]), (0, 1, u32::MAX));
-        assert_eq!(v.coverage(&[2, 7, 0, 9]), 0.5);
-        assert_eq!(DraftVocab::first(3).coverage(&[0, 1, 2, 3]), 0.75);
     }
 
     #[test]
