@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use specgate_policies::{LoadView, StepCosts};
 use specgate_strategies::{Drafter, SamplingParams, SpecStats, TokenId};
 
 use crate::model::{BatchItem, ForwardOptions, LogitRows, Model, ModelError, SeqId};
@@ -138,8 +139,16 @@ pub fn generate_in(
     let prefill_time = start.elapsed();
     let start = Instant::now();
     let vocab = model.config().vocab_size;
+    // This sequence's own passes give the cost of a verify row (the prompt pass is left out:
+    // its attention over the whole prompt is not what a round's rows cost).
+    let mut step_costs = StepCosts::default();
     while !state.is_finished() {
-        let round = state.propose(drafter, usize::MAX, vocab);
+        let row_cost = LoadView {
+            sequences: 1,
+            step: step_costs.fit(),
+        }
+        .row_cost() as f32;
+        let round = state.propose(drafter, usize::MAX, Some(row_cost), vocab);
         let t = Instant::now();
         let verify = BatchItem {
             tree: round.draft.parents.as_deref(),
@@ -147,6 +156,7 @@ pub fn generate_in(
         };
         let rows = model.forward(&[verify], with_hidden)?;
         let verify_time = t.elapsed();
+        step_costs.observe(round.tokens.len(), verify_time.as_secs_f64());
         let (logits, hidden) = (rows.item_logits(0), rows.item_hidden(0)); // [k + 1, vocab | hidden]
         emit(state.settle(model, round, logits, hidden, verify_time, drafter, tok)?);
     }

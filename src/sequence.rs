@@ -136,8 +136,15 @@ impl SequenceState {
     }
 
     /// Draft for the next round, at most `k_cap` tokens (the engine's load limit), never past
-    /// max_tokens (a round commits up to k + 1 tokens).
-    pub fn propose(&mut self, drafter: &mut dyn Drafter, k_cap: usize, vocab: usize) -> RoundInput {
+    /// max_tokens (a round commits up to k + 1 tokens); `row_cost` is what a verify row costs
+    /// now, relative to a plain pass (see `DraftContext::row_cost`).
+    pub fn propose(
+        &mut self,
+        drafter: &mut dyn Drafter,
+        k_cap: usize,
+        row_cost: Option<f32>,
+        vocab: usize,
+    ) -> RoundInput {
         let wanted = self
             .controller
             .as_mut()
@@ -149,6 +156,7 @@ impl SequenceState {
             prompt_len: self.prompt_len,
             sampling: &self.params.sampling,
             hidden: self.hidden.as_deref(),
+            row_cost,
         };
         let t = Instant::now();
         let draft = propose_checked(drafter, &ctx, k, vocab, &mut self.stats);
@@ -239,6 +247,7 @@ impl SequenceState {
             prompt_len: self.prompt_len,
             sampling: &self.params.sampling,
             hidden: self.hidden.as_deref(),
+            row_cost: None,
         };
         drafter.on_commit(&ctx, accepted);
         self.pending = committed.last().copied();

@@ -92,12 +92,13 @@ pub const MEDUSA_TREE_NODES: usize = 16;
 /// because only the first head is accepted often enough to pay for its verify row.
 pub const SUFFIX_MEDUSA_HEAD_TOKENS: usize = 1;
 
-/// Medusa chains stop before a guess whose calibrated chance of acceptance (joint with the
-/// guesses before it) is below this: about what one more verify row costs on a CPU, in decode
-/// steps (`bench decode`: n = 1 → 4 rows costs 1.62×, 0.2 a row). In `bench spec` (one run,
-/// speed-up over plain, medusa k = 1 / 2 / 4) it took chat from 1.02 / 0.85 / 0.67 to
-/// 1.06 / 1.04 / 1.02 and creative from 1.02 / 0.85 / 0.64 to 1.10 / 1.05 / 1.03; 0.3 did no
-/// better. Trees are not cut (their budget bounds them).
+/// Medusa drafts keep a guess only while its calibrated chance of acceptance (joint with the
+/// guesses before it) covers what its verify row costs. The engine and `generate` give each
+/// round that cost from their measured step times (`LoadView::row_cost`: 0.21 for one
+/// sequence on this 2-core CPU, less on a GPU, more under load); this is the floor when a
+/// caller measured nothing. A fixed 0.2 took `bench spec` (medusa k = 1 / 2 / 4) on chat from
+/// 1.02 / 0.85 / 0.67 to 1.06 / 1.04 / 1.02 and on creative from 1.02 / 0.85 / 0.64 to
+/// 1.10 / 1.05 / 1.03; 0.3 did no better.
 pub const MEDUSA_MIN_CHANCE: f32 = 0.2;
 
 /// A suffix drafter over `cache` (earlier requests' text of one scope), or the sequence alone.

@@ -88,6 +88,15 @@ impl LoadView {
         let rho = self.rho();
         (1.0 + rho * (k as f64 + 1.0)) / (1.0 + rho)
     }
+
+    /// What one more verify row costs relative to a plain step, v(k + 1) − v(k) = ρ / (1 + ρ):
+    /// the chance of acceptance a drafted token needs to pay for its row. Near 0 where a step
+    /// costs the same whatever its size (an idle GPU), t1 / (t0 + t1) for one sequence on a
+    /// CPU, toward 1 as other sequences fill the batch.
+    pub fn row_cost(&self) -> f64 {
+        let rho = self.rho();
+        rho / (1.0 + rho)
+    }
 }
 
 /// Expected committed tokens per unit of plain-step time for k drafts at acceptance α, draft
@@ -149,5 +158,25 @@ mod tests {
             })
             .to_vec();
         assert!(v.windows(2).all(|w| w[1] < w[0]), "{v:?}");
+    }
+
+    #[test]
+    fn a_rows_cost_is_the_marginal_verify_cost_and_rises_with_load() {
+        let at = |sequences, step| LoadView { sequences, step };
+        // This CPU's curve: a step of n rows costs 0.785 + 0.215·n of a one-row step.
+        let cpu = Some((0.785, 0.215));
+        let one = at(1, cpu);
+        assert!((one.row_cost() - 0.215).abs() < 1e-9, "{}", one.row_cost());
+        for k in 0..8 {
+            let marginal = one.verify_cost(k + 1) - one.verify_cost(k);
+            assert!((marginal - one.row_cost()).abs() < 1e-12);
+        }
+        assert!(
+            at(1, Some((0.01, 0.0))).row_cost() < 1e-9,
+            "flat steps: rows are free"
+        );
+        let costs: Vec<f64> = [1, 2, 4, 16, 64].map(|n| at(n, cpu).row_cost()).to_vec();
+        assert!(costs.windows(2).all(|w| w[1] > w[0]), "{costs:?}");
+        assert!(costs[4] > 0.9 && costs[4] < 1.0, "{costs:?}");
     }
 }

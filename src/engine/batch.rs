@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use specgate_policies::k_under_load;
+use specgate_policies::{k_under_load, LoadView};
 
 use super::{Command, EngineConfig, EngineStatus, Event, RequestId, Submission, Summary};
 use crate::generate::GenerateError;
@@ -276,6 +276,12 @@ impl Engine {
             self.live.len() + self.waiting.len(),
             self.config.max_sequences,
         );
+        // What a verify row costs in this step: every live sequence's tokens share it.
+        let row_cost = LoadView {
+            sequences: self.live.len(),
+            step: self.status.step_fit(),
+        }
+        .row_cost() as f32;
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);
         let mut work = Vec::with_capacity(self.live.len());
@@ -286,7 +292,9 @@ impl Engine {
             }
             let k =
                 k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy).min(budget - 1);
-            let round = l.state.propose(&mut *l.sub.drafter, k, vocab);
+            let round = l
+                .state
+                .propose(&mut *l.sub.drafter, k, Some(row_cost), vocab);
             budget -= round.tokens.len();
             work.push(Work::Round(i, round));
         }

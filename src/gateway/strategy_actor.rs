@@ -139,6 +139,7 @@ mod tests {
             prompt_len: tokens.len(),
             sampling: &sp,
             hidden: None,
+            row_cost: None,
         };
         d.propose(&ctx, 8).map(|d| d.tokens).unwrap_or_default()
     }

@@ -65,6 +65,12 @@ pub struct DraftContext<'a> {
     /// The target's final (normed) hidden state of the row that produced the last token
     /// ([hidden]), when the caller ran the target with hidden states (Medusa heads use it).
     pub hidden: Option<&'a [f32]>,
+    /// What one more verify row costs, as a share of a plain target pass, at the load the
+    /// target is under now (the caller's cost model; None: not measured). A drafted token
+    /// pays for its row only when its chance of acceptance exceeds this, so drafters that
+    /// know their chances (Medusa) stop there: near 0 on an idle GPU, about 0.2 on this
+    /// CPU, near 1 when the batch is full.
+    pub row_cost: Option<f32>,
 }
 
 /// A drafter failed; the caller falls back to plain decoding for the round and counts it.

@@ -121,6 +121,7 @@ mod tests {
             prompt_len: 1,
             sampling,
             hidden: None,
+            row_cost: None,
         }
     }
 

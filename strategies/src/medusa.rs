@@ -45,9 +45,9 @@ pub struct MedusaDrafter {
     /// Greedy requests get a candidate tree of up to this many nodes, and at most k (0: a
     /// chain).
     tree_budget: usize,
-    /// A chain stops before a guess whose chance of acceptance, joint with the guesses
-    /// before it (the heads' calibrated probabilities), falls below this: a verify row that
-    /// is likely rejected costs more than it is expected to commit.
+    /// Drafts keep only guesses whose chance of acceptance, joint with the guesses before
+    /// them (the heads' calibrated probabilities), is at least what their verify row costs:
+    /// the round's `row_cost`, or this when the caller measured none.
     min_chance: f32,
 }
 
@@ -70,7 +70,8 @@ impl MedusaDrafter {
         }
     }
 
-    /// Stop chains at a joint chance of acceptance below `p` (0: always draft k).
+    /// Keep guesses whose joint chance of acceptance is below `p` out of drafts when the
+    /// caller gives no row cost (0: chains of k, trees of their whole budget).
     pub fn with_min_chance(mut self, p: f32) -> Self {
         self.min_chance = p;
         self
@@ -111,10 +112,11 @@ impl Drafter for MedusaDrafter {
         };
         let e = e.as_deref();
         let greedy = ctx.sampling.is_greedy();
+        let floor = self.floor(ctx);
         if self.heads.chained() {
             if greedy && self.tree_budget > 0 {
                 let budget = self.tree_budget.min(k);
-                return Ok(Draft::tree(self.chained_tree(h, e, budget)?));
+                return Ok(tree_draft(self.chained_tree(h, e, budget, floor)?));
             }
             return self.chained_chain(ctx, h, e, n);
         }
@@ -127,12 +129,12 @@ impl Drafter for MedusaDrafter {
                 .map(|(i, r)| self.candidates(i, r))
                 .collect::<Result<Vec<_>, _>>()?;
             let budget = self.tree_budget.min(k);
-            return Ok(Draft::tree(build_tree(&candidates, budget)));
+            return Ok(tree_draft(build_tree(&candidates, budget, floor)));
         }
         let mut draft = Draft::empty();
         let mut joint = 1.0;
         for (i, row) in logits.chunks_exact(vocab).enumerate() {
-            if !self.still_likely(i, row, &mut joint) {
+            if !self.still_likely(i, row, &mut joint, floor) {
                 break;
             }
             self.pick(ctx, row, &mut draft)?;
@@ -160,15 +162,20 @@ impl MedusaDrafter {
             .ok_or_else(|| DraftError(format!("draft column {index} names no token")))
     }
 
+    /// The joint chance a drafted guess needs: what its verify row costs this round.
+    fn floor(&self, ctx: &DraftContext<'_>) -> f32 {
+        ctx.row_cost.unwrap_or(self.min_chance)
+    }
+
     /// Multiply `joint` by head i's calibrated chance of its likeliest token in `row`;
     /// whether the chain should still draft it.
-    fn still_likely(&self, i: usize, row: &[f32], joint: &mut f32) -> bool {
-        if self.min_chance <= 0.0 {
+    fn still_likely(&self, i: usize, row: &[f32], joint: &mut f32, floor: f32) -> bool {
+        if floor <= 0.0 {
             return true;
         }
         let top = self.heads.candidates(i, row, 1);
         *joint *= top.first().map_or(0.0, |&(_, p)| p);
-        *joint >= self.min_chance
+        *joint >= floor
     }
 
     /// Head i's likeliest tokens in `row` with their calibrated chances, as token ids.
@@ -225,10 +232,11 @@ impl MedusaDrafter {
         let mut draft = Draft::empty();
         let mut joint = 1.0;
         let mut prev = e.map(<[f32]>::to_vec);
+        let floor = self.floor(ctx);
         for i in 0..n {
             let state = self.heads.state(i, h, e, prev.as_deref());
             let row = self.logits(&state, 1)?;
-            if !self.still_likely(i, &row, &mut joint) {
+            if !self.still_likely(i, &row, &mut joint, floor) {
                 break;
             }
             self.pick(ctx, &row, &mut draft)?;
@@ -242,12 +250,14 @@ impl MedusaDrafter {
 
     /// A candidate tree from chained heads, a level per LM-head call: each level expands its
     /// likeliest nodes (at most `TREE_EXPAND`, and only those that could still make the
-    /// budget) into their `TREE_TOP_N` likeliest children, head d reading the node's token.
+    /// budget and whose joint chance reaches `floor`) into their `TREE_TOP_N` likeliest
+    /// children, head d reading the node's token.
     fn chained_tree(
         &self,
         h: &[f32],
         e: Option<&[f32]>,
         budget: usize,
+        floor: f32,
     ) -> Result<DraftTree, DraftError> {
         let mut pool: Vec<PoolNode> = Vec::new();
         let mut level: Vec<usize> = Vec::new();
@@ -255,7 +265,7 @@ impl MedusaDrafter {
             let parents: Vec<Option<usize>> = if d == 0 {
                 vec![None]
             } else {
-                let bar = kth_joint(&pool, budget);
+                let bar = kth_joint(&pool, budget).max(floor);
                 let mut open: Vec<usize> = level
                     .iter()
                     .copied()
@@ -295,7 +305,16 @@ impl MedusaDrafter {
                 }
             }
         }
-        Ok(select_tree(&pool, budget))
+        Ok(select_tree(&pool, budget, floor))
+    }
+}
+
+/// A tree as a draft; no node above the floor is no draft (a plain round).
+fn tree_draft(tree: DraftTree) -> Draft {
+    if tree.is_empty() {
+        Draft::empty()
+    } else {
+        Draft::tree(tree)
     }
 }
 

@@ -22,6 +22,7 @@ fn ctx<'a>(h: Option<&'a [f32]>, sp: &'a SamplingParams) -> DraftContext<'a> {
         prompt_len: 1,
         sampling: sp,
         hidden: h,
+        row_cost: None,
     }
 }
 
@@ -336,6 +337,48 @@ fn a_chained_tree_gives_each_node_children_conditioned_on_its_token() {
     assert_eq!(
         d.propose(&ctx(Some(&h), &greedy), 3).unwrap().tokens.len(),
         3
+    );
+}
+
+#[test]
+fn the_rounds_row_cost_decides_what_a_chain_and_a_tree_keep() {
+    let greedy = SamplingParams::greedy();
+    let costing = |h: &'static [f32], cost: f32| DraftContext {
+        row_cost: Some(cost),
+        ..ctx(Some(h), &greedy)
+    };
+    // A chain: the row cost replaces the drafter's own floor (0.3 here) when given.
+    let unsure: &[f32] = &[0.0, 0.5, 0.0, 0.0]; // each head: p(top) = 0.35
+    let mut chain = MedusaDrafter::new(Arc::new(MedusaHeads::zeros(3, 4)), Arc::new(Identity), 0)
+        .with_min_chance(0.3);
+    assert_eq!(
+        chain.propose(&ctx(Some(unsure), &greedy), 3).unwrap().len(),
+        1
+    );
+    assert_eq!(chain.propose(&costing(unsure, 0.0), 3).unwrap().len(), 3);
+    assert_eq!(chain.propose(&costing(unsure, 0.1), 3).unwrap().len(), 2);
+    assert!(chain.propose(&costing(unsure, 0.4), 3).unwrap().is_empty());
+    // A tree: head 0 gives 1 (p 0.81), 2 (0.11), 0 and 3 (0.04 each); head 1 is sure of the
+    // successor. A free row takes the whole budget; dearer rows keep only the likelier nodes.
+    let h: &[f32] = &[0.0, 3.0, 1.0, 0.0];
+    let mut d =
+        MedusaDrafter::new(Arc::new(successor_heads()), Arc::new(Identity), 0).with_tree(16);
+    let nodes = |d: &mut MedusaDrafter, cost| d.propose(&costing(h, cost), 16).unwrap();
+    assert_eq!(nodes(&mut d, 0.0).len(), 16);
+    let cheap = nodes(&mut d, 0.05).as_tree().expect("a tree");
+    assert_eq!(
+        (cheap.tokens, cheap.parents),
+        (vec![1, 2, 2, 3], vec![None, Some(0), None, Some(2)])
+    );
+    let dear = nodes(&mut d, 0.5).as_tree().expect("a tree");
+    assert_eq!(
+        (dear.tokens, dear.parents),
+        (vec![1, 2], vec![None, Some(0)])
+    );
+    let too_dear = nodes(&mut d, 0.9);
+    assert!(
+        too_dear.is_empty() && too_dear.parents.is_none(),
+        "a plain round, not an empty tree"
     );
 }
 

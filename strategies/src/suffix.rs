@@ -240,6 +240,7 @@ mod tests {
             prompt_len: tokens.len(),
             sampling: &sp,
             hidden: None,
+            row_cost: None,
         };
         d.propose(&ctx, k).unwrap().tokens
     }

@@ -134,8 +134,10 @@ impl PartialOrd for Candidate {
 
 /// The `budget` likeliest nodes of the tree whose level d offers head d's candidates
 /// (`heads[d]`: (token, probability), best first), a node's likelihood being the product
-/// along its path. Best-first expansion, so every chosen node's parent is chosen first.
-pub fn build_tree(heads: &[Vec<(TokenId, f32)>], budget: usize) -> DraftTree {
+/// along its path, leaving out nodes less likely than `min_joint` (their verify rows cost
+/// more than they are expected to commit). Best-first expansion, so every chosen node's
+/// parent is chosen first.
+pub fn build_tree(heads: &[Vec<(TokenId, f32)>], budget: usize, min_joint: f32) -> DraftTree {
     let mut tree = DraftTree::default();
     let mut heap = BinaryHeap::new();
     let push_children = |heap: &mut BinaryHeap<Candidate>, parent, depth: usize, joint: f32| {
@@ -150,7 +152,7 @@ pub fn build_tree(heads: &[Vec<(TokenId, f32)>], budget: usize) -> DraftTree {
     };
     push_children(&mut heap, None, 0, 1.0);
     while tree.len() < budget {
-        let Some(c) = heap.pop() else {
+        let Some(c) = heap.pop().filter(|c| c.joint >= min_joint) else {
             break;
         };
         let id = tree.len();
@@ -171,10 +173,11 @@ pub struct PoolNode {
     pub depth: usize,
 }
 
-/// The `budget` likeliest nodes of a candidate pool as a tree. A child is never likelier than
-/// its parent (and at a tie the shallower goes first), so every chosen node's parent is
-/// chosen before it; a node whose parent was not chosen anyway is dropped.
-pub fn select_tree(pool: &[PoolNode], budget: usize) -> DraftTree {
+/// The `budget` likeliest nodes of a candidate pool as a tree, none less likely than
+/// `min_joint`. A child is never likelier than its parent (and at a tie the shallower goes
+/// first), so every chosen node's parent is chosen before it; a node whose parent was not
+/// chosen anyway is dropped.
+pub fn select_tree(pool: &[PoolNode], budget: usize, min_joint: f32) -> DraftTree {
     let mut order: Vec<usize> = (0..pool.len()).collect();
     order.sort_by(|&a, &b| {
         pool[b]
@@ -186,7 +189,7 @@ pub fn select_tree(pool: &[PoolNode], budget: usize) -> DraftTree {
     let mut index = vec![None; pool.len()];
     let mut tree = DraftTree::default();
     for i in order {
-        if tree.len() == budget {
+        if tree.len() == budget || pool[i].joint < min_joint {
             break;
         }
         let parent = match pool[i].parent {
@@ -294,13 +297,19 @@ mod tests {
             vec![(20, 0.5), (21, 0.4)],
             vec![(30, 0.9)],
         ];
-        let t = build_tree(&heads, 4);
+        let t = build_tree(&heads, 4, 0.0);
         assert!(t.is_well_formed());
         // 10 (0.6), 11 (0.3), 10→20 (0.3), 10→20→30 (0.27) beat 10→21 (0.24).
         assert_eq!(t.tokens, vec![10, 11, 20, 30]);
         assert_eq!(t.parents, vec![None, None, Some(0), Some(2)]);
-        assert_eq!(build_tree(&heads, 100).len(), 2 + 4 + 4);
-        assert!(build_tree(&[], 5).is_empty());
+        assert_eq!(build_tree(&heads, 100, 0.0).len(), 2 + 4 + 4);
+        assert!(build_tree(&[], 5, 0.0).is_empty());
+        // A floor leaves out nodes whose verify rows cost more than they are expected to
+        // commit, whatever the budget: 10 (0.6), 11 (0.3), 10→20 (0.3) clear 0.3.
+        let floored = build_tree(&heads, 100, 0.3);
+        assert_eq!(floored.tokens, vec![10, 11, 20]);
+        assert!(floored.is_well_formed());
+        assert!(build_tree(&heads, 100, 0.7).is_empty());
     }
 
     #[test]
@@ -322,15 +331,24 @@ mod tests {
             node(22, 0.3, Some(1), 2),
             node(30, 0.27, Some(3), 3),
         ];
-        let t = select_tree(&pool, 5);
+        let t = select_tree(&pool, 5, 0.0);
         assert!(t.is_well_formed());
         assert_eq!(t.tokens, vec![10, 11, 20, 22, 30]);
         assert_eq!(t.parents, vec![None, None, Some(0), Some(1), Some(2)]);
-        assert_eq!(select_tree(&pool, 100).len(), 7);
-        assert!(select_tree(&pool, 0).is_empty());
+        assert_eq!(select_tree(&pool, 100, 0.0).len(), 7);
+        assert!(select_tree(&pool, 0, 0.0).is_empty());
+        // The floor: only nodes at least this likely, still parents first.
+        let floored = select_tree(&pool, 100, 0.3);
+        assert_eq!(floored.tokens, vec![10, 11, 20, 22]);
+        assert!(floored.is_well_formed());
+        assert_eq!(
+            select_tree(&pool, 2, 0.3).len(),
+            2,
+            "the budget still bounds it"
+        );
         // A child likelier than its parent (not a real pool) never lands without it.
         let odd = vec![node(1, 0.1, None, 1), node(2, 0.2, Some(0), 2)];
-        assert_eq!(select_tree(&odd, 1).tokens, vec![1]);
+        assert_eq!(select_tree(&odd, 1, 0.0).tokens, vec![1]);
         // The bar a node must clear to make a tree of 5: the 5th likeliest joint (ties count).
         assert_eq!(kth_joint(&pool, 5), 0.27);
         assert_eq!(kth_joint(&pool, 2), 0.3);
