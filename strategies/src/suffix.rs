@@ -6,8 +6,9 @@
 //! (a suffix tree's node counts, kept in a hash map keyed by the context). A proposal matches
 //! the deepest context that has been seen, takes its most frequent continuation, multiplies the
 //! running score by that continuation's share times [`match_confidence`] of the match's depth,
-//! and stops when the score falls below `min_score`: the score estimates the chance that the
-//! whole draft so far is accepted.
+//! and stops when the score falls below what a verify row costs this round (`row_cost`, or
+//! `min_score` when the caller measured none): the score estimates the chance that the whole
+//! draft so far is accepted, so a token below it is expected to commit less than its row costs.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -197,13 +198,14 @@ impl Drafter for SuffixDrafter {
         let mut context = ctx.tokens.to_vec();
         let mut draft = Vec::with_capacity(k);
         let mut score = 1.0f32;
+        let floor = ctx.row_cost.unwrap_or(self.min_score);
         let max_depth = self.local.max_depth;
         while draft.len() < k {
             let Some((t, share, depth)) = best_next(&self.local, shared, &context) else {
                 break;
             };
             score *= share * match_confidence(depth, max_depth);
-            if score < self.min_score {
+            if score < floor {
                 break;
             }
             draft.push(t);
@@ -234,13 +236,22 @@ mod tests {
     use crate::SamplingParams;
 
     fn propose(d: &mut SuffixDrafter, tokens: &[TokenId], k: usize) -> Vec<TokenId> {
+        propose_at(d, tokens, k, None)
+    }
+
+    fn propose_at(
+        d: &mut SuffixDrafter,
+        tokens: &[TokenId],
+        k: usize,
+        row_cost: Option<f32>,
+    ) -> Vec<TokenId> {
         let sp = SamplingParams::greedy();
         let ctx = DraftContext {
             tokens,
             prompt_len: tokens.len(),
             sampling: &sp,
             hidden: None,
-            row_cost: None,
+            row_cost,
         };
         d.propose(&ctx, k).unwrap().tokens
     }
@@ -271,6 +282,12 @@ mod tests {
         assert_eq!(propose(&mut d, &h, 4), vec![8, 7]);
         let mut strict = SuffixDrafter::new(1, 0.6, None);
         assert!(propose(&mut strict, &h, 4).is_empty());
+        // The round's row cost, when the caller measured one, is the floor instead: cheap rows
+        // (this CPU: 0.21) take the longer draft (0.214 clears it, then 0.203 does not), dear
+        // ones (a full batch) none.
+        assert_eq!(propose_at(&mut d, &h, 4, Some(0.21)), vec![8, 7, 8]);
+        assert_eq!(propose_at(&mut d, &h, 4, Some(0.0)), vec![8, 7, 8, 7]);
+        assert!(propose_at(&mut d, &h, 4, Some(0.6)).is_empty());
     }
 
     #[test]
