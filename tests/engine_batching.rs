@@ -149,6 +149,19 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
     });
 }
 
+/// Before any request the engine has timed its own steps, so the cost model and the drafts'
+/// verify-row price start from this machine's figures, and its scratch sequence is gone.
+#[test]
+fn the_engine_times_its_steps_before_serving() {
+    let (_dir, lm) = tiny_model();
+    let engine = EngineHandle::start(lm, EngineConfig::default()).unwrap();
+    let status = engine.status();
+    wait_until("the step-cost fit", || status.step_fit().is_some());
+    let (t0, t1) = status.step_fit().unwrap();
+    assert!(t0 > 0.0 && t1 >= 0.0, "{t0} {t1}");
+    assert_eq!(status.kv_bytes.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
 #[test]
 fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
     let (_dir, lm) = tiny_model();

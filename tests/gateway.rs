@@ -232,6 +232,9 @@ fn sixteen_concurrent_streams_from_three_tenants_equal_their_single_runs_and_fre
     }
     assert!(s.metric("specgate_requests_cancelled_total") >= 1.0);
     assert!(s.metric("specgate_batch_sequences_count") > 0.0);
+    // The cost of a verify row the drafts were held to: a share of a plain step.
+    let row_cost = s.metric("specgate_verify_row_cost");
+    assert!(row_cost > 0.0 && row_cost < 1.0, "row cost {row_cost}");
 }
 
 #[test]

@@ -15,38 +15,91 @@
 /// Step time as a function of batch tokens, fitted from the engine's own steps.
 #[derive(Debug, Clone)]
 pub struct StepCosts {
-    /// Per power-of-two bucket of batch tokens: EMA of (tokens, seconds).
-    buckets: Vec<Option<(f64, f64)>>,
+    buckets: Vec<Bucket>,
+}
+
+/// One power-of-two bucket of batch tokens: steps seen, and the mean (tokens, seconds) of
+/// those that count (a running mean at first, then an EMA toward recent steps).
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    seen: u32,
+    tokens: f64,
+    secs: f64,
 }
 
 const BUCKETS: usize = 12; // 1 … 2048 tokens
 const EMA: f64 = 0.1;
+/// Counted steps a bucket averages plainly before the EMA takes over.
+const SEED: u32 = 4;
+/// Most a step may differ from its bucket's mean, as a share of it, when it updates the EMA.
+const CLIP: f64 = 0.25;
 
 impl Default for StepCosts {
     fn default() -> Self {
         Self {
-            buckets: vec![None; BUCKETS],
+            buckets: vec![Bucket::default(); BUCKETS],
         }
     }
 }
 
 impl StepCosts {
     /// Record one step of `tokens` batch tokens that took `secs`.
+    ///
+    /// The fit prices verify rows, and what it prices decides which step sizes occur next: a
+    /// row priced at 0 makes every round draft k, and the smaller sizes are not seen again
+    /// to correct it. Two things put a server there, so both are damped:
+    /// - a size's first pass pays one-time costs (buffers growing, pages touched): it is left
+    ///   out;
+    /// - a step stalled by another thread (28 and 42 ms among 9 ms steps) moved its
+    ///   bucket's mean by a third. The first few steps of a bucket keep their fastest (a
+    ///   stall only adds time); past them, a step moves the mean by at most `EMA · CLIP` of
+    ///   it.
+    ///
+    /// The engine also seeds the buckets from a measurement of its own at start
+    /// ([`StepCosts::seed`]), so they begin clean and one never seen again stays sane.
     pub fn observe(&mut self, tokens: usize, secs: f64) {
         if tokens == 0 || !secs.is_finite() || secs <= 0.0 {
             return;
         }
         let b = (usize::BITS - tokens.leading_zeros() - 1).min(BUCKETS as u32 - 1) as usize;
-        let (t, s) = (tokens as f64, secs);
-        self.buckets[b] = Some(match self.buckets[b] {
-            None => (t, s),
-            Some((pt, ps)) => (pt + EMA * (t - pt), ps + EMA * (s - ps)),
-        });
+        let bucket = &mut self.buckets[b];
+        bucket.seen = bucket.seen.saturating_add(1);
+        let Some(counted) = bucket.seen.checked_sub(1).filter(|&n| n > 0) else {
+            return;
+        };
+        if counted <= SEED {
+            if counted == 1 || secs < bucket.secs {
+                (bucket.tokens, bucket.secs) = (tokens as f64, secs);
+            }
+            return;
+        }
+        let step = (secs - bucket.secs).clamp(-CLIP * bucket.secs, CLIP * bucket.secs);
+        bucket.tokens += EMA * (tokens as f64 - bucket.tokens);
+        bucket.secs += EMA * step;
+    }
+
+    /// Set the bucket of `tokens` to a measured step time, as if it had been seen long enough
+    /// for the EMA: later steps move it only gradually.
+    pub fn seed(&mut self, tokens: usize, secs: f64) {
+        if tokens == 0 || !secs.is_finite() || secs <= 0.0 {
+            return;
+        }
+        let b = (usize::BITS - tokens.leading_zeros() - 1).min(BUCKETS as u32 - 1) as usize;
+        self.buckets[b] = Bucket {
+            seen: SEED + 2,
+            tokens: tokens as f64,
+            secs,
+        };
     }
 
     /// (t0, t1) by least squares over the buckets seen; `None` until two sizes were seen.
     pub fn fit(&self) -> Option<(f64, f64)> {
-        let pts: Vec<(f64, f64)> = self.buckets.iter().flatten().copied().collect();
+        let pts: Vec<(f64, f64)> = self
+            .buckets
+            .iter()
+            .filter(|b| b.seen >= 2)
+            .map(|b| (b.tokens, b.secs))
+            .collect();
         if pts.len() < 2 {
             return None;
         }
@@ -125,6 +178,57 @@ mod tests {
             (t0 - 0.02).abs() < 1e-3 && (t1 - 0.003).abs() < 1e-4,
             "{t0} {t1}"
         );
+    }
+
+    #[test]
+    fn a_sizes_first_slow_step_does_not_bend_the_fit() {
+        let mut s = StepCosts::default();
+        let step = |n: usize| 0.0066 + 0.0015 * n as f64;
+        // Each size's first pass is five times slow (buffers growing), then steps are steady.
+        for n in [2usize, 4, 1] {
+            s.observe(n, 5.0 * step(n));
+        }
+        assert_eq!(s.fit(), None, "first steps alone fit nothing");
+        for _ in 0..3 {
+            for n in [1usize, 2, 4] {
+                s.observe(n, step(n));
+            }
+        }
+        let (t0, t1) = s.fit().unwrap();
+        assert!(
+            (t0 - 0.0066).abs() < 1e-6 && (t1 - 0.0015).abs() < 1e-6,
+            "{t0} {t1}"
+        );
+        let row = LoadView {
+            sequences: 1,
+            step: Some((t0, t1)),
+        }
+        .row_cost();
+        assert!((row - 0.0015 / 0.0081).abs() < 1e-4, "{row}");
+        // Stalls (another thread held the cores) among steady 1-row steps barely move it,
+        // nor does one among a bucket's first steps.
+        s.observe(8, step(8));
+        s.observe(8, 5.0 * step(8));
+        s.observe(8, step(8));
+        for i in 0..40 {
+            let stall = if i % 20 == 3 { 5.0 } else { 1.0 };
+            s.observe(1, stall * step(1));
+            s.observe(4, step(4));
+        }
+        let (t0, t1) = s.fit().unwrap();
+        assert!(
+            (t0 - 0.0066).abs() < 2e-4 && (t1 - 0.0015).abs() < 1e-4,
+            "{t0} {t1}"
+        );
+        // Seeded buckets fit at once and move only gradually.
+        let mut seeded = StepCosts::default();
+        seeded.seed(1, step(1));
+        seeded.seed(8, step(8));
+        let (t0, t1) = seeded.fit().unwrap();
+        assert!((t0 - 0.0066).abs() < 1e-9 && (t1 - 0.0015).abs() < 1e-9);
+        seeded.observe(8, 10.0 * step(8));
+        let moved = seeded.fit().unwrap().1 / 0.0015 - 1.0;
+        assert!(moved > 0.0 && moved < 0.2, "{moved}");
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl Engine {
     /// and marks the engine dead (readiness turns false, submissions get 503) instead of
     /// leaving clients hanging.
     pub fn run(mut self) {
+        self.calibrate();
         loop {
             if !self.receive() {
                 break;
@@ -181,7 +182,11 @@ impl Engine {
         metrics::histogram!("specgate_batch_tokens").record(batch_tokens as f64);
         metrics::histogram!("specgate_batch_sequences").record(work.len() as f64);
         metrics::histogram!("specgate_step_seconds").record(pass.as_secs_f64());
-        if let Ok(mut costs) = self.status.step_costs.lock() {
+        // Only steps of rounds price a verify row: a prompt chunk's tokens skip the LM head
+        // and attend over the prompt, and one long chunk would set the fit's slope (a single
+        // request's row cost read 0.5-0.6 with them).
+        let rounds_only = work.iter().all(|w| matches!(w, Work::Round(..)));
+        if let (true, Ok(mut costs)) = (rounds_only, self.status.step_costs.lock()) {
             costs.observe(batch_tokens, pass.as_secs_f64());
         }
         self.status.steps.fetch_add(1, Ordering::Relaxed);
@@ -269,6 +274,28 @@ impl Engine {
         (sub.prompt.len() + sub.params.max_tokens + sub.plan.k + 1) * per_token
     }
 
+    /// Seed the step-cost fit with this machine's own timings before serving. Without them
+    /// the engine prices a verify row with the cost model's prior until traffic fits it.
+    fn calibrate(&mut self) {
+        let measured = catch_unwind(AssertUnwindSafe(|| {
+            super::calibrate::measure(&mut self.lm.model)
+        }));
+        match measured {
+            Ok(Ok(measured)) => {
+                let ms: Vec<String> = measured
+                    .iter()
+                    .map(|(n, secs)| format!("{n}: {:.2} ms", secs * 1e3))
+                    .collect();
+                eprintln!("specgate: engine step by rows, {}", ms.join(", "));
+                if let Ok(mut costs) = self.status.step_costs.lock() {
+                    *costs = super::calibrate::seeded(&measured);
+                }
+            }
+            Ok(Err(e)) => eprintln!("specgate: timing the engine's steps failed: {e}"),
+            Err(_) => eprintln!("specgate: timing the engine's steps panicked"),
+        }
+    }
+
     /// This step's work: every decoding sequence's round first (latency), then prompt chunks
     /// with the budget left. k is shrunk by the load the engine is under right now.
     fn gather(&mut self) -> Vec<Work> {
@@ -282,6 +309,7 @@ impl Engine {
             step: self.status.step_fit(),
         }
         .row_cost() as f32;
+        metrics::gauge!("specgate_verify_row_cost").set(f64::from(row_cost));
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);
         let mut work = Vec::with_capacity(self.live.len());

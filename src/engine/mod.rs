@@ -8,6 +8,7 @@
 //! planners can read it without a round trip.
 
 mod batch;
+pub mod calibrate;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};

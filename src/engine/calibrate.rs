@@ -1,0 +1,79 @@
+//! The engine's own measurement of what a step costs by its size, taken at start.
+//!
+//! The policy's cost model and the drafts' verify-row price come from a fit of step time
+//! against batch tokens. Fitted from traffic alone it starts from a few noisy steps, and the
+//! price decides which step sizes happen next: a bad start can stick (a row priced at 0
+//! drafts k every round, and smaller steps are never timed again). So before serving, the
+//! engine times forwards of a few sizes on a scratch sequence, interleaved so the machine's
+//! drift falls on every size alike, and seeds the fit with each size's fastest time: other
+//! work on the cores only ever adds time (with medians of 5, one start in four timed 2 rows
+//! at 17.6 ms against 10-12 in the others).
+
+use std::time::Instant;
+
+use specgate_policies::StepCosts;
+
+use crate::model::{LogitRows, Model, ModelError};
+use crate::TokenId;
+
+/// Rows per timed forward: a decode step and verify passes of 1, 3 and 7 drafts.
+pub const SIZES: [usize; 4] = [1, 2, 4, 8];
+/// Tokens already cached when timing (a short chat turn).
+const CONTEXT: usize = 64;
+const ROUNDS: usize = 8;
+
+/// The fastest of `ROUNDS` forwards of each of `SIZES` rows after `CONTEXT` cached tokens,
+/// in seconds, with logits for every row as a verify pass has them. The scratch sequence is
+/// released.
+pub fn measure(model: &mut Model) -> Result<Vec<(usize, f64)>, ModelError> {
+    let vocab = model.config().vocab_size.max(1);
+    let max = SIZES.iter().copied().max().unwrap_or(1);
+    // A model with a short window is timed after fewer cached tokens.
+    let context = CONTEXT.min(model.config().context_length.saturating_sub(max));
+    // Any ids do: the cost of a forward does not depend on which tokens it reads.
+    let tokens: Vec<TokenId> = (0..context + max)
+        .map(|i| ((i * 7919) % vocab) as TokenId)
+        .collect();
+    let seq = model.new_sequence();
+    let timed = time_sizes(model, seq, &tokens, context);
+    model.release(seq);
+    timed
+}
+
+fn time_sizes(
+    model: &mut Model,
+    seq: crate::model::SeqId,
+    tokens: &[TokenId],
+    context: usize,
+) -> Result<Vec<(usize, f64)>, ModelError> {
+    if context > 0 {
+        model.forward_one(seq, &tokens[..context], LogitRows::None)?;
+    }
+    let mut times = vec![Vec::with_capacity(ROUNDS); SIZES.len()];
+    // One untimed round first: each size's first pass grows buffers.
+    for round in 0..=ROUNDS {
+        for (i, &n) in SIZES.iter().enumerate() {
+            let t = Instant::now();
+            model.forward_one(seq, &tokens[context..context + n], LogitRows::All)?;
+            let secs = t.elapsed().as_secs_f64();
+            model.truncate(seq, context)?;
+            if round > 0 {
+                times[i].push(secs);
+            }
+        }
+    }
+    Ok(SIZES
+        .iter()
+        .zip(times)
+        .map(|(&n, t)| (n, t.into_iter().fold(f64::INFINITY, f64::min)))
+        .collect())
+}
+
+/// Step costs seeded from `measured`.
+pub fn seeded(measured: &[(usize, f64)]) -> StepCosts {
+    let mut costs = StepCosts::default();
+    for &(n, secs) in measured {
+        costs.seed(n, secs);
+    }
+    costs
+}
