@@ -18,8 +18,8 @@ pub struct StepCosts {
     buckets: Vec<Bucket>,
 }
 
-/// One power-of-two bucket of batch tokens: steps seen, and the mean (tokens, seconds) of
-/// those that count (a running mean at first, then an EMA toward recent steps).
+/// One power-of-two bucket of batch tokens: steps seen, and the (tokens, seconds) its steps
+/// settled on (the fastest of its first few, then an EMA toward recent steps).
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
     seen: u32,
@@ -29,7 +29,7 @@ struct Bucket {
 
 const BUCKETS: usize = 12; // 1 … 2048 tokens
 const EMA: f64 = 0.1;
-/// Counted steps a bucket averages plainly before the EMA takes over.
+/// Counted steps whose fastest a bucket keeps before the EMA takes over.
 const SEED: u32 = 4;
 /// Most a step may differ from its bucket's mean, as a share of it, when it updates the EMA.
 const CLIP: f64 = 0.25;

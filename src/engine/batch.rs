@@ -294,6 +294,7 @@ impl Engine {
             Ok(Err(e)) => eprintln!("specgate: timing the engine's steps failed: {e}"),
             Err(_) => eprintln!("specgate: timing the engine's steps panicked"),
         }
+        self.status.warm.store(true, Ordering::SeqCst);
     }
 
     /// This step's work: every decoding sequence's round first (latency), then prompt chunks

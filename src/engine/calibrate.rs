@@ -7,7 +7,8 @@
 //! engine times forwards of a few sizes on a scratch sequence, interleaved so the machine's
 //! drift falls on every size alike, and seeds the fit with each size's fastest time: other
 //! work on the cores only ever adds time (with medians of 5, one start in four timed 2 rows
-//! at 17.6 ms against 10-12 in the others).
+//! at 17.6 ms against 10-12 in the others). Until it is done the server is not ready
+//! (`/ready` answers 503 "warming up"; requests sent anyway wait in the queue).
 
 use std::time::Instant;
 
@@ -20,7 +21,7 @@ use crate::TokenId;
 pub const SIZES: [usize; 4] = [1, 2, 4, 8];
 /// Tokens already cached when timing (a short chat turn).
 const CONTEXT: usize = 64;
-const ROUNDS: usize = 8;
+const ROUNDS: usize = 6;
 
 /// The fastest of `ROUNDS` forwards of each of `SIZES` rows after `CONTEXT` cached tokens,
 /// in seconds, with logits for every row as a verify pass has them. The scratch sequence is

@@ -8,7 +8,7 @@
 //! planners can read it without a round trip.
 
 mod batch;
-pub mod calibrate;
+mod calibrate;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -130,6 +130,8 @@ pub enum SubmitError {
 #[derive(Debug, Default)]
 pub struct EngineStatus {
     pub alive: AtomicBool,
+    /// The engine has timed its steps (or given up trying) and runs at full speed.
+    pub warm: AtomicBool,
     pub live: AtomicUsize,
     pub queued: AtomicUsize,
     pub kv_bytes: AtomicUsize,
@@ -205,6 +207,11 @@ impl EngineHandle {
 
     pub fn is_alive(&self) -> bool {
         self.status.alive.load(Ordering::SeqCst)
+    }
+
+    /// Past its start-up timing: requests submitted before are queued, not refused.
+    pub fn is_warm(&self) -> bool {
+        self.status.warm.load(Ordering::SeqCst)
     }
 
     /// Live plus waiting sequences over the batch slots.

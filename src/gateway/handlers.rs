@@ -414,18 +414,20 @@ pub(crate) async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Ready when the model is loaded, the engine thread runs and the server is not draining.
-/// Ready: model loaded, engine running, not draining.
+/// Ready when the model is loaded, the engine thread runs and has timed its steps, and the
+/// server is not draining.
 #[utoipa::path(get, path = "/ready", tag = "operations",
     responses((status = 200, description = "Ready", body = Object),
-              (status = 503, description = "Not ready (engine down or draining)", body = Object)))]
+              (status = 503, description = "Not ready (engine down, warming up or draining)", body = Object)))]
 pub(crate) async fn ready(state: State) -> HttpResponse {
     if state.draining.load(Ordering::SeqCst) {
         HttpResponse::ServiceUnavailable().json(json!({"status": "draining"}))
-    } else if state.services.engine.is_alive() {
-        HttpResponse::Ok().json(json!({"status": "ready"}))
-    } else {
+    } else if !state.services.engine.is_alive() {
         HttpResponse::ServiceUnavailable().json(json!({"status": "engine not running"}))
+    } else if !state.services.engine.is_warm() {
+        HttpResponse::ServiceUnavailable().json(json!({"status": "warming up"}))
+    } else {
+        HttpResponse::Ok().json(json!({"status": "ready"}))
     }
 }
 
