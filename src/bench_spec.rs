@@ -68,6 +68,8 @@ pub struct SpecBenchConfig {
     pub medusa_heads: Option<PathBuf>,
     pub exit_layer: usize,
     pub sampling: SamplingParams,
+    /// A fixed verify-row price for the speculative runs (None: each run fits its own).
+    pub row_cost: Option<f32>,
 }
 
 /// One row of the table.
@@ -146,6 +148,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         stop: vec![],
         max_draft_tokens: k.max(),
         adaptive_k: matches!(k, KChoice::Auto(_)),
+        row_cost: cfg.row_cost,
     };
     let mut rows = Vec::new();
     for set in &sets {

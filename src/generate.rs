@@ -43,6 +43,9 @@ pub struct GenerateParams {
     /// Choose k each round (up to `max_draft_tokens`) from the request's measured α and
     /// costs, plain decoding included, instead of always drafting `max_draft_tokens`.
     pub adaptive_k: bool,
+    /// A fixed price for a verify row, as a share of a plain pass, instead of the one fitted
+    /// from this sequence's passes (0: draft as if rows were free, as on an idle GPU).
+    pub row_cost: Option<f32>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -143,11 +146,13 @@ pub fn generate_in(
     // its attention over the whole prompt is not what a round's rows cost).
     let mut step_costs = StepCosts::default();
     while !state.is_finished() {
-        let row_cost = LoadView {
-            sequences: 1,
-            step: step_costs.fit(),
-        }
-        .row_cost() as f32;
+        let row_cost = params.row_cost.unwrap_or_else(|| {
+            LoadView {
+                sequences: 1,
+                step: step_costs.fit(),
+            }
+            .row_cost() as f32
+        });
         let round = state.propose(drafter, usize::MAX, Some(row_cost), vocab);
         let t = Instant::now();
         let verify = BatchItem {

@@ -104,6 +104,10 @@ enum BenchCommand {
         exit_layer: usize,
         #[arg(long, default_value_t = 0.0)]
         temperature: f32,
+        /// Price verify rows at this share of a plain pass instead of measuring it (0: as if
+        /// rows were free, as on an idle GPU; Medusa trees then take their whole budget).
+        #[arg(long, value_parser = row_cost_arg)]
+        row_cost: Option<f32>,
         /// Where spec.md and spec.csv go (git-ignored).
         #[arg(long, default_value = "results")]
         out: PathBuf,
@@ -155,9 +159,23 @@ struct GenerateArgs {
     /// decoding included.
     #[arg(long)]
     adaptive_k: bool,
+    /// Price verify rows at this share of a plain pass instead of measuring it (0: as if rows
+    /// were free, as on an idle GPU).
+    #[arg(long, value_parser = row_cost_arg)]
+    row_cost: Option<f32>,
     /// Layers the early-exit draft keeps (of the target's).
     #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
+}
+
+/// A verify row's price: a finite share of a plain pass, 0 or more.
+fn row_cost_arg(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a share of a plain pass (a number, 0 or more)"
+        )),
+    }
 }
 
 /// The model to use: the given path, or the default one, fetched on first use.
@@ -197,6 +215,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
             args.k
         },
         adaptive_k: args.adaptive_k,
+        row_cost: args.row_cost,
     };
     let cfg = DrafterConfig {
         target_path: path.clone(),
@@ -303,6 +322,7 @@ fn run() -> Result<()> {
                     medusa_heads,
                     exit_layer,
                     temperature,
+                    row_cost,
                     out,
                 },
         } => {
@@ -341,6 +361,7 @@ fn run() -> Result<()> {
                     temperature,
                     ..SamplingParams::greedy()
                 },
+                row_cost,
             };
             let rows = specgate::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
             println!("{}", specgate::bench_spec::markdown(&rows));

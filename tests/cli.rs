@@ -144,6 +144,55 @@ fn speculative_generate_reports_its_statistics_and_matches_plain() {
     assert_eq!(plain["drafted"], 0);
 }
 
+/// `--row-cost` fixes the verify-row price: free rows give Medusa trees their whole budget,
+/// dear ones cut them, and neither changes the greedy output.
+#[test]
+fn a_fixed_row_cost_sizes_medusa_trees_and_leaves_the_output_alone() {
+    let model = common::model_path();
+    let m = model.to_str().unwrap();
+    let run = |cost: &str| {
+        let (code, stdout, stderr) = specgate(&[
+            "generate",
+            "--model",
+            m,
+            "--chat",
+            "--max-tokens",
+            "24",
+            "--json",
+            "--prompt",
+            "Write a short poem about rain.",
+            "--strategy",
+            "medusa-tree",
+            "--k",
+            "16",
+            "--row-cost",
+            cost,
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("one JSON object")
+    };
+    let (free, dear) = (run("0"), run("0.9"));
+    assert_eq!(free["token_ids"], dear["token_ids"]);
+    let drafted = |v: &serde_json::Value| v["drafted"].as_u64().unwrap();
+    assert!(
+        drafted(&free) > 4 * drafted(&dear).max(1),
+        "free rows {} vs dear rows {}",
+        drafted(&free),
+        drafted(&dear)
+    );
+    let (code, _, stderr) = specgate(&[
+        "generate",
+        "--model",
+        m,
+        "--prompt",
+        "hi",
+        "--row-cost",
+        "nan",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("not a share of a plain pass"), "{stderr}");
+}
+
 #[test]
 fn strategy_errors_are_clear() {
     let model = common::model_path();

@@ -25,6 +25,7 @@ fn params(max_tokens: usize, k: usize) -> GenerateParams {
         stop: Vec::new(),
         max_draft_tokens: k,
         adaptive_k: false,
+        row_cost: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn expected(chat: bool, prompt: &str, max_tokens: usize) -> (String, usize) {
         stop: Vec::new(),
         max_draft_tokens: 0,
         adaptive_k: false,
+        row_cost: None,
     };
     let lm = &mut *lm;
     let out = generate(

@@ -77,6 +77,7 @@ fn greedy(
         stop: Vec::new(),
         max_draft_tokens: k,
         adaptive_k: false,
+        row_cost: None,
     };
     let mut drafter = kind.build(&config(None), &lm.tokenizer).unwrap();
     generate(

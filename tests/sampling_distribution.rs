@@ -98,6 +98,7 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
             stop: vec![],
             max_draft_tokens: 2,
             adaptive_k: false,
+            row_cost: None,
         };
         let out = generate(
             &mut lm.model,

@@ -29,6 +29,7 @@ fn params(k: usize) -> GenerateParams {
         stop: vec![],
         max_draft_tokens: k,
         adaptive_k: false,
+        row_cost: None,
     }
 }
 
@@ -95,6 +96,7 @@ fn greedy_speculative_equals_plain_for_every_strategy_and_k() {
                 for (k, adaptive) in [(1, false), (4, false), (8, false), (8, true)] {
                     let p = GenerateParams {
                         adaptive_k: adaptive,
+                        row_cost: None,
                         ..params(k)
                     };
                     let spec = generate(

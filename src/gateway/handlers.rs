@@ -238,6 +238,7 @@ fn prepare(state: &AppState, tenant: String, r: &GenerationRequest) -> Result<Jo
             stop: r.stop.clone(),
             max_draft_tokens: 0,
             adaptive_k: false,
+            row_cost: None,
         },
         route: RouteLabels {
             tenant,
