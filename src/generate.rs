@@ -44,7 +44,8 @@ pub struct GenerateParams {
     /// costs, plain decoding included, instead of always drafting `max_draft_tokens`.
     pub adaptive_k: bool,
     /// A fixed price for a verify row, as a share of a plain pass, instead of the one fitted
-    /// from this sequence's passes (0: draft as if rows were free, as on an idle GPU).
+    /// from this sequence's passes (0: draft as if rows were free, as on an idle GPU). Read by
+    /// `generate` only: the engine prices rows from its own steps and load.
     pub row_cost: Option<f32>,
 }
 

@@ -34,6 +34,11 @@ const SEED: u32 = 4;
 /// Most a step may differ from its bucket's mean, as a share of it, when it updates the EMA.
 const CLIP: f64 = 0.25;
 
+/// The power-of-two bucket of a step of `tokens` (> 0) batch tokens.
+fn bucket_of(tokens: usize) -> usize {
+    (usize::BITS - tokens.leading_zeros() - 1).min(BUCKETS as u32 - 1) as usize
+}
+
 impl Default for StepCosts {
     fn default() -> Self {
         Self {
@@ -61,8 +66,7 @@ impl StepCosts {
         if tokens == 0 || !secs.is_finite() || secs <= 0.0 {
             return;
         }
-        let b = (usize::BITS - tokens.leading_zeros() - 1).min(BUCKETS as u32 - 1) as usize;
-        let bucket = &mut self.buckets[b];
+        let bucket = &mut self.buckets[bucket_of(tokens)];
         bucket.seen = bucket.seen.saturating_add(1);
         let Some(counted) = bucket.seen.checked_sub(1).filter(|&n| n > 0) else {
             return;
@@ -84,8 +88,7 @@ impl StepCosts {
         if tokens == 0 || !secs.is_finite() || secs <= 0.0 {
             return;
         }
-        let b = (usize::BITS - tokens.leading_zeros() - 1).min(BUCKETS as u32 - 1) as usize;
-        self.buckets[b] = Bucket {
+        self.buckets[bucket_of(tokens)] = Bucket {
             seen: SEED + 2,
             tokens: tokens as f64,
             secs,
