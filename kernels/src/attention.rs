@@ -2,8 +2,9 @@
 //!
 //! Rounding follows llama.cpp's CPU path with its default f16 cache: the query is rounded to
 //! f16 for the QK dot, the softmax weights to f16 for the weighted sum of values, and sums
-//! accumulate in f32. A KV head is widened to f32 into a dense [`WideHead`] once per task,
-//! and every row and query head of the task shares it (exact: f16 → f32 loses nothing).
+//! accumulate in f32. The rows of a multi-row call share each block of the cache, widened
+//! once into L1 for all of their query heads ([`attend_rows`]; exact: f16 → f32 loses
+//! nothing).
 //!
 //! Every score and every output element is computed by a fixed sequence of operations that
 //! does not depend on which other positions or rows share the call: a key's dot is eight
@@ -61,7 +62,7 @@ impl KvElem for f32 {
     }
 }
 
-/// One KV head of one layer's cache (f16 as stored, or a [`WideHead`]): `stride` values per
+/// One KV head of one layer's cache (f16 as stored, or f32 in tests): `stride` values per
 /// position, the head at `offset`.
 #[derive(Debug, Clone, Copy)]
 pub struct KvHead<'a, T = f32> {
@@ -77,63 +78,6 @@ pub struct AttnScratch {
     q16: Vec<f32>,
     positions: Vec<usize>,
     scores: Vec<f32>,
-}
-
-/// One KV head of a layer's f16 cache, widened to f32 and laid out densely ([len][head_dim]):
-/// every query head and row that reads this KV head in a call shares one conversion, and
-/// reads contiguous memory.
-#[derive(Debug, Default)]
-pub struct WideHead {
-    keys: Vec<f32>,
-    values: Vec<f32>,
-    head_dim: usize,
-}
-
-impl WideHead {
-    /// Positions `0..len` of the head at `offset` in a cache of `stride` halves per position.
-    pub fn fill(
-        &mut self,
-        (keys, values): (&[f16], &[f16]),
-        (stride, offset, head_dim): (usize, usize, usize),
-        len: usize,
-    ) {
-        self.head_dim = head_dim;
-        for (src, dst) in [(keys, &mut self.keys), (values, &mut self.values)] {
-            // Every value is overwritten below: only growth is zero-filled (a clear first
-            // would zero the whole head on every call).
-            dst.resize(len * head_dim, 0.0);
-            for (t, row) in dst.chunks_exact_mut(head_dim).enumerate() {
-                widen_row(&src[t * stride + offset..][..head_dim], row);
-            }
-        }
-    }
-
-    pub fn view(&self) -> KvHead<'_> {
-        KvHead {
-            keys: &self.keys,
-            values: &self.values,
-            stride: self.head_dim,
-            offset: 0,
-        }
-    }
-}
-
-fn widen_row(src: &[f16], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if simd() && src.len().is_multiple_of(8) {
-        // SAFETY: `simd()` checked F16C; both slices hold `len` values.
-        unsafe { x86::widen(src, dst) };
-        return;
-    }
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = s.to_f32();
-    }
-}
-
-/// Whether the AVX2/FMA/F16C path runs here: where the matmul runs AVX2 or better (so
-/// `SPECGATE_ISA=portable` turns both off) and the CPU converts f16 (checked once).
-fn simd() -> bool {
-    AttnPath::detect() != AttnPath::Portable
 }
 
 /// Which kernels run attention. Every path gives the same bits.
@@ -161,8 +105,7 @@ impl AttnPath {
         })
     }
 
-    /// Whether this path shares each key and value load among a group's query heads (then
-    /// reading the f16 cache in place is as fast as widening it first).
+    /// Whether this path shares each key and value load among a group's query heads.
     pub fn shares_loads(self, group: usize, head_dim: usize) -> bool {
         self == AttnPath::Avx512 && head_dim == 64 && matches!(group, 2 | 3)
     }
@@ -268,8 +211,9 @@ pub fn attend_with<T: KvElem>(
         softmax_f16(scores, scale, simd);
         #[cfg(target_arch = "x86_64")]
         if simd {
+            o.fill(0.0);
             // SAFETY: as above.
-            unsafe { x86::weighted_values(&kv, positions, scores, o) };
+            unsafe { x86::accumulate_values(&kv, positions, scores, o) };
         }
         if !simd {
             portable_weighted_values(&kv, positions, scores, o);
@@ -335,6 +279,9 @@ fn portable_weighted_values<T: KvElem>(
         }
     }
 }
+
+mod rows;
+pub use rows::{attend_rows, RowsScratch};
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -426,7 +373,7 @@ mod tests {
             let mut s = vec![0.0f32; positions.len()];
             #[cfg(target_arch = "x86_64")]
             if simd {
-                // SAFETY: checked by `super::simd()` below before asking for it.
+                // SAFETY: only asked for where the CPU runs a SIMD path (checked below).
                 unsafe { x86::scores(&q, &kv, positions, &mut s) };
             }
             if !simd {
@@ -438,37 +385,12 @@ mod tests {
                 .expect("9 is visible")]
         };
         let want = score_of_9(&all, false);
-        for simd in [false, super::simd()] {
+        for simd in [false, AttnPath::detect() != AttnPath::Portable] {
             for start in 0..=9 {
                 for end in 10..=20 {
                     assert_eq!(score_of_9(&all[start..end], simd), want, "{start}..{end}");
                 }
             }
-        }
-    }
-
-    #[test]
-    fn a_reused_wide_head_holds_exactly_the_positions_of_its_last_fill() {
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let (hd, stride) = (16, 48);
-        let (k16, v16) = (cache(&mut rng, 9, stride), cache(&mut rng, 9, stride));
-        let mut wide = WideHead::default();
-        // Longer, shorter, then longer again: nothing of an earlier fill may linger.
-        for len in [7, 2, 9, 0, 5] {
-            wide.fill((&k16, &v16), (stride, hd, hd), len);
-            let view = wide.view();
-            let want = |c: &[f16]| -> Vec<f32> {
-                (0..len)
-                    .flat_map(|t| c[t * stride + hd..][..hd].iter().map(|x| x.to_f32()))
-                    .collect()
-            };
-            assert_eq!(view.keys, want(&k16).as_slice(), "keys, {len} positions");
-            assert_eq!(
-                view.values,
-                want(&v16).as_slice(),
-                "values, {len} positions"
-            );
-            assert_eq!((view.stride, view.offset), (hd, 0));
         }
     }
 }

@@ -4,7 +4,9 @@
 //! `specgate_kernels::attention`.
 
 use half::f16;
-use specgate_kernels::attention::{attend, AttnPath, AttnScratch, KvHead, WideHead};
+use specgate_kernels::attention::{
+    attend, attend_rows, AttnPath, AttnScratch, KvHead, RowsScratch,
+};
 use specgate_kernels::pool::SpinPool;
 
 /// Shapes of one attention call.
@@ -28,12 +30,6 @@ impl AttnShape {
 
     fn scale(&self) -> f32 {
         1.0 / (self.head_dim as f32).sqrt()
-    }
-
-    /// KV head `kh` of a layer's cache, positions `0..len`, widened into `wide`.
-    fn widen(&self, cache: (&[f16], &[f16]), kh: usize, len: usize, wide: &mut WideHead) {
-        let stride = self.n_kv_heads * self.head_dim;
-        wide.fill(cache, (stride, kh * self.head_dim, self.head_dim), len);
     }
 
     /// KV head `kh` read in place, as f16.
@@ -66,13 +62,11 @@ impl QueryRows<'_> {
     }
 }
 
-/// Rows per attention task: each task widens its KV head once for all of them.
+/// Rows per attention task: a task's query heads share every block of cached keys and values
+/// it reads (`attend_rows`). Smaller chunks balance two threads better but read the cache
+/// once per chunk: in perf samples, attention cost less at 2 and 4 rows with one chunk of
+/// 4 than with two chunks per KV head.
 const ROWS_PER_TASK: usize = 4;
-
-/// Query heads a task must serve for widening its KV head to pay: below it (one decode row
-/// of a grouped-query model) the kernels widen each key in registers instead. The values
-/// are the same either way, so are the bits.
-const WIDEN_MIN_QUERIES: usize = 6;
 
 /// Attention for `rows` new tokens whose keys and values are already the last `rows` entries
 /// of the cache. Query row i sits at position `cache_len - rows + i` and sees positions
@@ -86,9 +80,8 @@ pub fn causal_attention(
     out: &mut [f32],
 ) {
     let prefix = keys.len() / shape.kv_width() - q.len();
-    let seen = |r: usize| 0..prefix + r + 1;
-    let reads = |last: usize| prefix + last;
-    run_tasks(shape, q, (keys, values), out, &seen, &reads);
+    let own = |r: usize| prefix..prefix + r + 1;
+    run_tasks(shape, q, (keys, values), out, prefix, &own);
 }
 
 /// Attention for the rows of a verified tree, whose keys and values are the last `rows`
@@ -103,65 +96,92 @@ pub fn tree_attention(
     visible: &[Vec<usize>],
     out: &mut [f32],
 ) {
-    let cache_len = keys.len() / shape.kv_width();
-    let prefix = cache_len - q.len();
-    let seen = |r: usize| (0..prefix).chain(visible[r].iter().map(move |&v| prefix + v));
-    let reads = |_last: usize| cache_len;
-    run_tasks(shape, q, (keys, values), out, &seen, &reads);
+    let prefix = keys.len() / shape.kv_width() - q.len();
+    let own = |r: usize| visible[r].iter().map(move |&v| prefix + v);
+    run_tasks(shape, q, (keys, values), out, prefix, &own);
 }
 
-/// One task per (KV head, chunk of rows): each widens its KV head once (unless the kernels
-/// share each f16 load among the group's heads: measured as fast, and no copy), then runs
-/// every query head of the group for each of its rows. Row r sees the positions `seen(r)`;
-/// a chunk ending before row `last` reads positions `0..reads(last)`.
+/// Row r sees the positions `0..prefix`, then `own(r)`. One row (a decode step): a task per
+/// KV head, each query head reading the f16 cache in place. Several rows: a task per (KV
+/// head, chunk of rows), whose query heads share each widened block of the cache.
 fn run_tasks<I: Iterator<Item = usize>>(
     shape: AttnShape,
     q: QueryRows<'_>,
     (keys, values): (&[f16], &[f16]),
     out: &mut [f32],
-    seen: &(dyn Fn(usize) -> I + Sync),
-    reads: &(dyn Fn(usize) -> usize + Sync),
+    prefix: usize,
+    own: &(dyn Fn(usize) -> I + Sync),
 ) {
     let (n_heads, head_dim, n_kv) = (shape.n_heads, shape.head_dim, shape.n_kv_heads);
     let q_width = n_heads * head_dim;
     let rows = q.len();
     let (group, scale) = (shape.group(), shape.scale());
     let width = group * head_dim;
-    let shared = AttnPath::detect().shares_loads(group, head_dim);
     let chunks = rows.div_ceil(ROWS_PER_TASK);
     let dst = SharedRows(out.as_mut_ptr(), out.len());
-    let task = |(wide, scratch): &mut (WideHead, AttnScratch), job: usize| {
+    let task = |s: &mut TaskScratch, job: usize| {
         let (kh, c) = (job / chunks, job % chunks);
         let first = c * ROWS_PER_TASK;
         let last = (first + ROWS_PER_TASK).min(rows);
-        let widened = (last - first) * group >= WIDEN_MIN_QUERIES && !shared;
-        if widened {
-            shape.widen((keys, values), kh, reads(last), wide);
+        let kv = shape.in_place((keys, values), kh);
+        if rows == 1 {
+            let seen = (0..prefix).chain(own(0));
+            // SAFETY: jobs are distinct KV heads here, each writing its own range of `out`.
+            let o = unsafe { dst.slice(kh * width, width) };
+            attend(
+                q.group(0, kh, width),
+                group,
+                kv,
+                seen,
+                scale,
+                &mut s.single,
+                o,
+            );
+            return;
         }
-        for r in first..last {
-            let qg = q.group(r, kh, width);
+        s.queries.clear();
+        (first..last).for_each(|r| s.queries.extend_from_slice(q.group(r, kh, width)));
+        s.out.resize(s.queries.len(), 0.0);
+        let own_of = |i: usize| own(first + i / group);
+        let path = AttnPath::detect();
+        let (qs, o) = (&s.queries, &mut s.out);
+        attend_rows(
+            qs,
+            head_dim,
+            kv,
+            prefix,
+            own_of,
+            scale,
+            &mut s.rows,
+            o,
+            path,
+        );
+        for (r, o) in (first..last).zip(s.out.chunks_exact(width)) {
             // SAFETY: jobs are distinct (KV head, row chunk) pairs, so each writes its own
             // disjoint [r * q_width + kh * width, +width) range of `out`.
-            let o = unsafe { dst.slice(r * q_width + kh * width, width) };
-            if widened {
-                attend(qg, group, wide.view(), seen(r), scale, scratch, o);
-            } else {
-                let kv = shape.in_place((keys, values), kh);
-                attend(qg, group, kv, seen(r), scale, scratch, o);
-            }
+            unsafe { dst.slice(r * q_width + kh * width, width) }.copy_from_slice(o);
         }
     };
     let jobs = n_kv * chunks;
-    if rows * n_heads * reads(rows) < PARALLEL_MIN_SCORES {
-        SCRATCH.with_borrow_mut(|state| (0..jobs).for_each(|j| task(state, j)));
+    if rows * n_heads * (prefix + rows) < PARALLEL_MIN_SCORES {
+        SCRATCH.with_borrow_mut(|s| (0..jobs).for_each(|j| task(s, j)));
     } else {
-        SpinPool::global().for_each(jobs, &|j| SCRATCH.with_borrow_mut(|state| task(state, j)));
+        SpinPool::global().for_each(jobs, &|j| SCRATCH.with_borrow_mut(|s| task(s, j)));
     }
 }
 
+/// A thread's attention buffers, kept between calls (no allocation once warm).
+#[derive(Default)]
+struct TaskScratch {
+    single: AttnScratch,
+    rows: RowsScratch,
+    /// A chunk's query heads, gathered ([queries][head_dim]), and their outputs.
+    queries: Vec<f32>,
+    out: Vec<f32>,
+}
+
 thread_local! {
-    /// Each thread's attention buffers, kept between calls (no allocation once warm).
-    static SCRATCH: std::cell::RefCell<(WideHead, AttnScratch)> = Default::default();
+    static SCRATCH: std::cell::RefCell<TaskScratch> = Default::default();
 }
 
 /// The output of an attention call, written by every task at its own (row, KV head) ranges.

@@ -4,15 +4,6 @@
 use super::*;
 use std::arch::x86_64::*;
 
-/// f16 → f32, eight at a time (exact).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn widen(src: &[f16], dst: &mut [f32]) {
-    for (s, d) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
-        let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr() as *const __m128i));
-        _mm256_storeu_ps(d.as_mut_ptr(), v);
-    }
-}
-
 /// `s ← s · scale` for every score; returns the largest (max is exact in any order).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scale_max(scores: &mut [f32], scale: f32) -> f32 {
@@ -97,22 +88,23 @@ pub unsafe fn scores<T: KvElem>(
     }
 }
 
-/// `out = Σ_t w_t · v_t` in position order, one fused multiply-add per element.
+/// `out += Σ_t w_t · v_t` in position order, one fused multiply-add per element (callers
+/// start `out` at zero: the first add then rounds exactly as a product alone).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn weighted_values<T: KvElem>(
+pub unsafe fn accumulate_values<T: KvElem>(
     kv: &KvHead<T>,
     positions: &[usize],
     weights: &[f32],
     out: &mut [f32],
 ) {
+    let base = kv.values.as_ptr().add(kv.offset);
+    let rows = positions.iter().map(|&t| base.add(t * kv.stride));
     match out.len() / 8 {
-        8 => in_registers::<T, 8>(kv, positions, weights, out),
-        16 => in_registers::<T, 16>(kv, positions, weights, out),
+        8 => in_registers::<T, 8>(rows, weights, out),
+        16 => in_registers::<T, 16>(rows, weights, out),
         chunks => {
-            out.fill(0.0);
-            let base = kv.values.as_ptr().add(kv.offset);
-            for (&t, &w) in positions.iter().zip(weights) {
-                let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
+            for (row, &w) in rows.zip(weights) {
+                let wv = _mm256_set1_ps(w);
                 for c in 0..chunks {
                     let v = T::load8(row.add(c * 8));
                     let o = out.as_mut_ptr().add(c * 8);
@@ -126,21 +118,96 @@ pub unsafe fn weighted_values<T: KvElem>(
 /// The usual head widths (64, 128) keep the whole output in registers.
 #[inline(always)]
 unsafe fn in_registers<T: KvElem, const C: usize>(
-    kv: &KvHead<T>,
-    positions: &[usize],
+    rows: impl Iterator<Item = *const T>,
     weights: &[f32],
     out: &mut [f32],
 ) {
-    let base = kv.values.as_ptr().add(kv.offset);
-    let mut acc = [_mm256_setzero_ps(); C];
-    for (&t, &w) in positions.iter().zip(weights) {
-        let (row, wv) = (base.add(t * kv.stride), _mm256_set1_ps(w));
+    let mut acc: [__m256; C] = std::array::from_fn(|c| _mm256_loadu_ps(out.as_ptr().add(c * 8)));
+    for (row, &w) in rows.zip(weights) {
+        let wv = _mm256_set1_ps(w);
         for (c, a) in acc.iter_mut().enumerate() {
             *a = _mm256_fmadd_ps(wv, T::load8(row.add(c * 8)), *a);
         }
     }
     for (c, a) in acc.iter().enumerate() {
         _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), *a);
+    }
+}
+
+/// Positions `first..first + n` of a head (keys or values: `src` at the head's offset, `stride`
+/// values per position) as f32 in `buf` ([n][hd], dense), for every query of a call to read
+/// from L1.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn widen_block<T: KvElem>(
+    src: *const T,
+    stride: usize,
+    (first, n, hd): (usize, usize, usize),
+    buf: &mut [f32],
+) {
+    for p in 0..n {
+        let row = src.add((first + p) * stride);
+        for c in 0..hd / 8 {
+            _mm256_storeu_ps(
+                buf.as_mut_ptr().add(p * hd + c * 8),
+                T::load8(row.add(c * 8)),
+            );
+        }
+    }
+}
+
+/// Each query's (`q16`: [nq][hd]) dots with the eight keys in `kbuf` ([8][hd]; the first `n`
+/// are real), written to `scores[i * stride + at..][..n]` for query i: per key, exactly
+/// [`scores`]' operations.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn block_scores(
+    q16: &[f32],
+    kbuf: &[f32],
+    (hd, n): (usize, usize),
+    scores: &mut [f32],
+    (stride, at): (usize, usize),
+) {
+    let keys: [*const f32; 8] = std::array::from_fn(|p| kbuf.as_ptr().add(p * hd));
+    for (i, q) in q16.chunks_exact(hd).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for c in 0..hd / 8 {
+            let qc = _mm256_loadu_ps(q.as_ptr().add(c * 8));
+            for (a, k) in acc.iter_mut().zip(&keys) {
+                *a = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k.add(c * 8)), *a);
+            }
+        }
+        let sums = hsum8_x8(&acc);
+        scores[i * stride + at..][..n].copy_from_slice(&sums[..n]);
+    }
+}
+
+/// `out_i += Σ_p w_i[at + p] · vbuf[p]` for each query i (`out`: [nq][hd]; its weights at
+/// `weights[i * stride..]`), the `n` positions of `vbuf` in order: per element, exactly
+/// [`accumulate_values`]' operations.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn block_values(
+    vbuf: &[f32],
+    (hd, n): (usize, usize),
+    weights: &[f32],
+    (stride, at): (usize, usize),
+    out: &mut [f32],
+) {
+    let rows = |_: ()| (0..n).map(|p| vbuf.as_ptr().add(p * hd));
+    for (i, o) in out.chunks_exact_mut(hd).enumerate() {
+        let w = &weights[i * stride + at..][..n];
+        match hd / 8 {
+            8 => in_registers::<f32, 8>(rows(()), w, o),
+            16 => in_registers::<f32, 16>(rows(()), w, o),
+            chunks => {
+                for (row, &wp) in rows(()).zip(w) {
+                    let wv = _mm256_set1_ps(wp);
+                    for c in 0..chunks {
+                        let v = _mm256_loadu_ps(row.add(c * 8));
+                        let d = o.as_mut_ptr().add(c * 8);
+                        _mm256_storeu_ps(d, _mm256_fmadd_ps(wv, v, _mm256_loadu_ps(d)));
+                    }
+                }
+            }
+        }
     }
 }
 
