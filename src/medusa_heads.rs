@@ -207,6 +207,7 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
     let mut heads = read_tensors(&dir.join("heads.safetensors"), &cfg)?;
     (heads.temperatures, heads.coverage) =
         checked_calibration(&cfg).map_err(|why| config_error(&dir.join("heads.json"), why))?;
+    heads.quantize();
     Ok(MedusaBundle {
         config: cfg,
         heads: Arc::new(heads),

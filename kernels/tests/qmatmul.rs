@@ -172,3 +172,35 @@ fn saturated_blocks_against_saturated_activations_stay_exact() {
         }
     }
 }
+
+#[test]
+fn f32_weights_quantize_to_q8_0_within_half_a_step() {
+    let (out_dim, in_dim) = (5, 96);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let mut w: Vec<f32> = (0..out_dim * in_dim)
+        .map(|_| rng.random_range(-2.0f32..2.0))
+        .collect();
+    w[..QK].fill(0.0); // a zero block stays zero (no NaN scale)
+    let m = QuantMatrix::q8_0_from_f32(out_dim, in_dim, &w).unwrap();
+    assert_eq!(m.format(), QuantFormat::Q8_0);
+    for r in 0..out_dim {
+        let got = m.dequantize_row(r);
+        let row = &w[r * in_dim..][..in_dim];
+        for (b, (g, x)) in got.chunks(QK).zip(row.chunks(QK)).enumerate() {
+            let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            // Half a step, plus the f16 rounding of the scale (relative 2^-11, times 127).
+            let bound = amax / 254.0 + amax * 127.0 / 127.0 / 2048.0;
+            for (g, x) in g.iter().zip(x) {
+                assert!((g - x).abs() <= bound, "row {r} block {b}: {g} vs {x}");
+            }
+        }
+    }
+    assert!(
+        QuantMatrix::q8_0_from_f32(1, 48, &[0.0; 48]).is_err(),
+        "48: not whole blocks"
+    );
+    assert!(
+        QuantMatrix::q8_0_from_f32(2, 32, &[0.0; 32]).is_err(),
+        "wrong length"
+    );
+}

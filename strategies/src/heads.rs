@@ -11,11 +11,13 @@
 //!   of k heads is k independent guesses; with V, head i scores continuations of the guess it
 //!   is given, which is what a draft that has been accepted so far needs.
 
+use crate::head_matrix::Q8Matrix;
 use crate::top_n::top_n_at;
 use crate::TokenId;
 
-/// The heads' weights, plain f32, row-major.
-#[derive(Debug, Clone, PartialEq)]
+/// The heads' weights, plain f32, row-major (and, once quantized, the 8-bit copies drafting
+/// reads).
+#[derive(Debug, Clone)]
 pub struct MedusaHeads {
     pub hidden: usize,
     pub w: Vec<Vec<f32>>, // per head: [hidden (out), hidden (in)]
@@ -35,6 +37,17 @@ pub struct MedusaHeads {
     /// 1). The calibrated softmax is the chance of a token given that the label can be
     /// drafted at all; a tree node's chance of acceptance is that times this.
     pub coverage: Vec<f32>,
+    /// Per head: 8-bit copies of W, U and V that drafting reads instead of the f32 ones
+    /// (`quantize`); empty: the f32 weights.
+    pub q8: Vec<Q8Head>,
+}
+
+/// One head's matrices as [`Q8Matrix`]es.
+#[derive(Debug, Clone)]
+pub struct Q8Head {
+    w: Q8Matrix,
+    u: Option<Q8Matrix>,
+    v: Option<Q8Matrix>,
 }
 
 impl MedusaHeads {
@@ -53,7 +66,28 @@ impl MedusaHeads {
             v: Vec::new(),
             temperatures: Vec::new(),
             coverage: Vec::new(),
+            q8: Vec::new(),
         }
+    }
+
+    /// Make drafting read 8-bit copies of the matrices: a quarter of the bytes a draft step
+    /// streams, at a state error far below the heads' own (each weight moves by at most half
+    /// a step of 1/127 of its block's largest). Later edits of `w`, `u` or `v` are not seen
+    /// until this runs again.
+    pub fn quantize(&mut self) {
+        let d = self.hidden;
+        let q = |m: &Vec<f32>| (!m.is_empty()).then(|| Q8Matrix::from_f32(m, d)).flatten();
+        // All heads or none: `q8[i]` must be head i's.
+        self.q8 = (0..self.num_heads())
+            .map(|i| {
+                Some(Q8Head {
+                    w: q(&self.w[i])?,
+                    u: self.u.get(i).and_then(q),
+                    v: self.v.get(i).and_then(q),
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
     }
 
     /// Head i's calibrating temperature (1 when none was fitted).
@@ -98,6 +132,14 @@ impl MedusaHeads {
     /// embedding vocabulary).
     pub fn shared_part(&self, i: usize, h: &[f32], e: Option<&[f32]>) -> Vec<f32> {
         let d = self.hidden;
+        if let Some(q) = self.q8.get(i) {
+            let mut z = q.w.mul(h);
+            let ue = q.u.as_ref().zip(e).map(|(u, e)| u.mul(e));
+            for (o, z) in z.iter_mut().enumerate() {
+                *z += self.b[i][o] + ue.as_ref().map_or(0.0, |ue| ue[o]);
+            }
+            return z;
+        }
         let u = self.u.get(i).zip(e);
         self.w[i]
             .chunks_exact(d)
@@ -117,10 +159,14 @@ impl MedusaHeads {
     pub fn finish(&self, i: usize, h: &[f32], z: &[f32], prev: Option<&[f32]>) -> Vec<f32> {
         let d = self.hidden;
         let v = self.v.get(i).filter(|v| !v.is_empty()).zip(prev);
+        let v8 = self.q8.get(i).and_then(|q| q.v.as_ref()).zip(prev);
+        let vp = v8.map(|(v, p)| v.mul(p));
         (0..d)
             .map(|o| {
                 let mut z = z[o];
-                if let Some((v, p)) = v {
+                if let Some(vp) = &vp {
+                    z += vp[o];
+                } else if let Some((v, p)) = v {
                     z += dot(&v[o * d..(o + 1) * d], p);
                 }
                 h[o] + z / (1.0 + (-z).exp())
@@ -199,6 +245,40 @@ mod tests {
         // Splitting the work changes nothing: the shared part plus the chained term.
         let z = heads.shared_part(1, &h, None);
         assert_eq!(heads.finish(1, &h, &z, Some(&prev)), s);
+    }
+
+    #[test]
+    fn quantized_heads_give_nearly_the_f32_states_and_drafting_reads_them() {
+        let d = 64;
+        let m = |k: f32| {
+            (0..d * d)
+                .map(|i| ((i as f32 + k) * 0.37).sin() * 0.2)
+                .collect::<Vec<_>>()
+        };
+        let mut heads = MedusaHeads::zeros(2, d);
+        heads.w = vec![m(0.0), m(1.0)];
+        heads.u = vec![m(2.0), m(3.0)];
+        heads.v = vec![Vec::new(), m(4.0)];
+        let vec_of = |k: f32| {
+            (0..d)
+                .map(|i| ((i as f32 + k) * 0.91).cos())
+                .collect::<Vec<_>>()
+        };
+        let (h, e, p) = (vec_of(0.0), vec_of(1.0), vec_of(2.0));
+        let f32_states = [
+            heads.state(0, &h, Some(&e), None),
+            heads.state(1, &h, Some(&e), Some(&p)),
+        ];
+        heads.quantize();
+        assert_eq!(heads.q8.len(), 2);
+        let q8_states = [
+            heads.state(0, &h, Some(&e), None),
+            heads.state(1, &h, Some(&e), Some(&p)),
+        ];
+        for (a, b) in f32_states.iter().flatten().zip(q8_states.iter().flatten()) {
+            assert!((a - b).abs() < 0.02, "{a} vs {b}");
+        }
+        assert_ne!(f32_states, q8_states, "drafting reads the 8-bit copies");
     }
 
     #[test]

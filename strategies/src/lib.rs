@@ -3,6 +3,7 @@
 
 pub mod draft;
 pub mod fallback;
+pub mod head_matrix;
 pub mod heads;
 pub mod kind;
 pub mod medusa;

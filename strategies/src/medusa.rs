@@ -118,7 +118,7 @@ impl Drafter for MedusaDrafter {
                 let budget = self.tree_budget.min(k);
                 return Ok(tree_draft(self.chained_tree(h, e, budget, floor)?));
             }
-            return self.chained_chain(ctx, h, e, n);
+            return self.chained_chain(ctx, h, (e, floor), n);
         }
         let logits = self.logits(&self.heads.states(h, e, n), n)?;
         let vocab = self.lm_head.vocab();
@@ -221,18 +221,18 @@ impl MedusaDrafter {
         Ok(row)
     }
 
-    /// Chained heads, one place at a time: head i reads the token head i − 1 drafted.
+    /// Chained heads, one place at a time: head i reads the token head i − 1 drafted. A chain
+    /// stops where its joint chance falls below `floor`.
     fn chained_chain(
         &mut self,
         ctx: &DraftContext<'_>,
         h: &[f32],
-        e: Option<&[f32]>,
+        (e, floor): (Option<&[f32]>, f32),
         n: usize,
     ) -> Result<Draft, DraftError> {
         let mut draft = Draft::empty();
         let mut joint = 1.0;
         let mut prev = e.map(<[f32]>::to_vec);
-        let floor = self.floor(ctx);
         for i in 0..n {
             let state = self.heads.state(i, h, e, prev.as_deref());
             let row = self.logits(&state, 1)?;
