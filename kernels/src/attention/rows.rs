@@ -39,7 +39,8 @@ pub fn attend_rows<T: KvElem, I: Iterator<Item = usize>>(
     out: &mut [f32],
     path: AttnPath,
 ) {
-    if path == AttnPath::Portable || !hd.is_multiple_of(8) {
+    let simd = cfg!(target_arch = "x86_64") && path != AttnPath::Portable;
+    if !simd || !hd.is_multiple_of(8) {
         for (i, (qi, o)) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)).enumerate() {
             let seen = (0..shared).chain(tail(i));
             attend_with(qi, 1, kv, seen, scale, &mut scratch.single, o, path);
