@@ -75,8 +75,9 @@ impl QuantMatrix {
         })
     }
 
-    /// A [out_dim, in_dim] f32 matrix quantized to Q8_0 as ggml's reference does: per 32
-    /// weights, d = amax / 127 (stored as f16) and q = round(x / d).
+    /// A [out_dim, in_dim] f32 matrix quantized to Q8_0 by the activations' quantizer
+    /// ([`crate::quantize_rows`]: per 32 weights, d = amax / 127 stored as f16, values rounded
+    /// half to even).
     pub fn q8_0_from_f32(
         out_dim: usize,
         in_dim: usize,
@@ -94,13 +95,11 @@ impl QuantMatrix {
         if !in_dim.is_multiple_of(QK) {
             return Err(KernelError::Shape { format, in_dim });
         }
-        let mut bytes = Vec::with_capacity(weights.len() / QK * format.block_bytes());
-        for block in weights.chunks_exact(QK) {
-            let amax = block.iter().fold(0.0f32, |a, x| a.max(x.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            bytes.extend(f16::from_f32(d).to_le_bytes());
-            bytes.extend(block.iter().map(|&x| (x * id).round() as i8 as u8));
+        let q = crate::quantize_rows(weights, in_dim);
+        let mut bytes = Vec::with_capacity(q.d.len() * format.block_bytes());
+        for (d, qs) in q.d.iter().zip(q.qs.chunks_exact(QK)) {
+            bytes.extend(f16::from_f32(*d).to_le_bytes());
+            bytes.extend(qs.iter().map(|&x| x as u8));
         }
         Self::from_ggml_bytes(format, out_dim, in_dim, &bytes)
     }
