@@ -1,0 +1,226 @@
+//! Replays plain greedy output through the suffix drafter without the model: greedy
+//! speculation commits exactly plain's tokens, so a draft's accepted length is its agreement
+//! with them. Costs come from a verify-cost curve (rows → share of a one-row pass), so
+//! stopping rules can be compared in seconds, against an oracle that drafts exactly what will
+//! be accepted. A rule's floor is the score a draft must keep (the drafter's price times
+//! `TOKENS_PER_PASS_FORGONE`); "0.2 x rate" scales 0.2 by the rate achieved so far.
+//!
+//! `cargo run --release --example suffix_replay [max_tokens]`: the outputs (of the shipped
+//! prompt sets, `max_tokens` each, default 128) are generated once and cached in
+//! `target/suffix_replay.json`; delete it after changing the model, prompts or length.
+//! With `DUMP=1`, every drafted token's evidence and outcome go to `target/suffix_steps.csv`.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use specgate::chat::ChatMessage;
+use specgate::generate::{generate, GenerateParams};
+use specgate::loaded::LoadedModel;
+use specgate::prompts::load_prompt_sets;
+use specgate_strategies::draft::{DraftContext, Drafter, PlainDrafter};
+use specgate_strategies::suffix::{SuffixCache, SuffixDrafter, TOKENS_PER_PASS_FORGONE};
+use specgate_strategies::{SamplingParams, TokenId};
+
+/// Verify cost by rows, as a share of one row (this machine's calibration: 1, 2, 4, 8 rows
+/// at 8.47, 10.27, 13.74, 20.14 ms; 16 from `bench decode`'s 4.63 / 2.58 over 8).
+const CURVE: [(f64, f64); 5] = [(1., 1.), (2., 1.21), (4., 1.62), (8., 2.38), (16., 4.27)];
+
+fn cost(rows: usize) -> f64 {
+    let r = rows as f64;
+    for w in CURVE.windows(2) {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        if r <= x1 {
+            return y0 + (y1 - y0) * (r - x0) / (x1 - x0);
+        }
+    }
+    let ((x0, y0), (x1, y1)) = (CURVE[3], CURVE[4]);
+    y1 + (y1 - y0) * (r - x1) / (x1 - x0)
+}
+
+type Case = (String, Vec<TokenId>, Vec<TokenId>); // (set, prompt, greedy output)
+
+fn cases(max_tokens: usize) -> anyhow::Result<Vec<Case>> {
+    let cache = Path::new("target/suffix_replay.json");
+    if let Ok(text) = std::fs::read_to_string(cache) {
+        return Ok(serde_json::from_str(&text)?);
+    }
+    let model = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut lm = LoadedModel::load(model)?;
+    let params = GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        seed: 0,
+        stop: vec![],
+        max_draft_tokens: 0,
+        adaptive_k: false,
+        row_cost: None,
+    };
+    let mut out = Vec::new();
+    for set in load_prompt_sets(Path::new("tests/fixtures/prompts"))? {
+        for prompt in &set.prompts {
+            let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)])?;
+            let ids = lm.tokenizer.encode(&text)?;
+            let plain = generate(
+                &mut lm.model,
+                &lm.tokenizer,
+                &ids,
+                &params,
+                &mut PlainDrafter,
+                |_| {},
+            )?;
+            out.push((set.name.clone(), ids, plain.token_ids));
+        }
+    }
+    std::fs::write(cache, serde_json::to_string(&out)?)?;
+    Ok(out)
+}
+
+/// (tokens, cost in one-row passes) of one case; `oracle` cuts each draft to what is accepted.
+/// `floor` < 0: 0.2 times the rate `rate` (tokens per one-row pass) achieved so far.
+fn replay(
+    d: &mut dyn Drafter,
+    case: &Case,
+    k: usize,
+    floor: f32,
+    oracle: bool,
+    rate: &mut (f64, f64),
+) -> (f64, f64) {
+    let (_, prompt, out) = case;
+    let all: Vec<TokenId> = prompt.iter().chain(out).copied().collect();
+    let sampling = SamplingParams::greedy();
+    let ctx = |n: usize, f: f32| DraftContext {
+        tokens: &all[..n],
+        prompt_len: prompt.len(),
+        sampling: &sampling,
+        hidden: None,
+        // The drafter's floor is the price times what a pass is worth.
+        row_cost: Some(f / TOKENS_PER_PASS_FORGONE),
+    };
+    // The prompt's pass commits the first token.
+    let (mut pos, mut total) = (prompt.len() + 1, 0.0);
+    while pos < all.len() {
+        let f = if floor < 0.0 {
+            0.2 * (rate.0 / rate.1).max(1.0) as f32
+        } else {
+            floor
+        };
+        let mut draft = d
+            .propose(&ctx(pos, f), k)
+            .map(|d| d.tokens)
+            .unwrap_or_default();
+        let left = all.len() - pos;
+        let agree = draft
+            .iter()
+            .zip(&all[pos..])
+            .take_while(|(a, b)| a == b)
+            .count();
+        if oracle {
+            draft.truncate(agree);
+        }
+        total += cost(draft.len() + 1);
+        let commit = (agree + 1).min(left);
+        pos += commit;
+        *rate = (
+            0.98 * rate.0 + commit as f64,
+            0.98 * rate.1 + cost(draft.len() + 1),
+        );
+        d.on_commit(&ctx(pos, f), agree.min(commit));
+    }
+    d.finish();
+    (out.len().saturating_sub(1) as f64, total)
+}
+
+/// The longest suffix of `h` (up to 64 tokens) that also ends earlier in `h`.
+fn match_len(h: &[TokenId]) -> usize {
+    let n = h.len();
+    (1..n)
+        .map(|end| {
+            (0..end.min(64))
+                .take_while(|&i| h[end - 1 - i] == h[n - 1 - i])
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Every drafted token up to a round's first rejection, with its evidence and outcome, as CSV.
+fn dump(cases: &[Case]) -> anyhow::Result<()> {
+    let mut csv = String::from("set,pos,j,depth,share,count,mlen,prev_acc,prev_len,accepted\n");
+    for set in ["code_edit", "rag", "creative", "chat"] {
+        let shared = Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)));
+        for (_, prompt, out) in cases.iter().filter(|c| c.0 == set) {
+            let mut d = SuffixDrafter::new(8, 0.2, Some(shared.clone()));
+            let all: Vec<TokenId> = prompt.iter().chain(out).copied().collect();
+            let (mut pos, mut prev) = (prompt.len() + 1, (0, 0));
+            while pos < all.len() {
+                let steps = d.continuation(&all[..pos], 32)?;
+                let mlen = match_len(&all[..pos]);
+                let mut agree = 0;
+                for (j, st) in steps.iter().enumerate() {
+                    let ok = all.get(pos + j) == Some(&st.token);
+                    csv += &format!(
+                        "{set},{},{j},{},{},{},{mlen},{},{},{}\n",
+                        pos - prompt.len(),
+                        st.depth,
+                        st.share,
+                        st.count,
+                        prev.0,
+                        prev.1,
+                        ok as u8
+                    );
+                    if !ok {
+                        break;
+                    }
+                    agree += 1;
+                }
+                prev = (agree, steps.len());
+                pos += (agree + 1).min(all.len() - pos);
+            }
+            d.finish();
+        }
+    }
+    std::fs::write("target/suffix_steps.csv", csv)?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let max_tokens = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(128);
+    let cases = cases(max_tokens)?;
+    if std::env::var_os("DUMP").is_some() {
+        return dump(&cases);
+    }
+    let sets = ["code_edit", "rag", "creative", "chat"];
+    println!("| rule | k | {} |", sets.join(" | "));
+    println!("|---|---|{}", "---|".repeat(sets.len()));
+    let rules = [
+        ("floor 0.2", 0.2, false),
+        ("floor 0.25", 0.25, false),
+        ("floor 0.3", 0.3, false),
+        ("floor 0.35", 0.35, false),
+        ("floor 0.4", 0.4, false),
+        ("0.2 x rate", -1.0, false),
+        ("oracle", 0.0, true),
+    ];
+    for (rule, floor, oracle) in rules {
+        for k in [2, 4, 8, 16, 32] {
+            let mut row = format!("| {rule} | {k} |");
+            for set in sets {
+                let shared = Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)));
+                let (mut tokens, mut cost) = (0.0, 0.0);
+                let mut rate = (1.0, 1.0);
+                for case in cases.iter().filter(|c| c.0 == set) {
+                    let mut d = SuffixDrafter::new(8, 0.2, Some(shared.clone()));
+                    let (t, c) = replay(&mut d, case, k, floor, oracle, &mut rate);
+                    tokens += t;
+                    cost += c;
+                }
+                row += &format!(" {:.3} |", tokens / cost);
+            }
+            println!("{row}");
+        }
+    }
+    Ok(())
+}
