@@ -150,7 +150,7 @@ impl SuffixDrafter {
 /// suffix drafting pays, that rate is 1.1–1.7 tokens per pass. `examples/suffix_replay`
 /// (plain greedy output replayed through the drafter at this CPU's verify costs) found 1.5
 /// ahead of 1 in every set (code_edit, rag, creative, chat), output length (128, 256) and
-/// k (2 to 32), by up to 6%, except code_edit at k = 2 and 4, where the two tied.
+/// k (2 to 32), by up to 6%, bar two ties (code_edit at k = 2 and at k = 4, one length each).
 pub const TOKENS_PER_PASS_FORGONE: f32 = 1.5;
 
 /// How likely a continuation seen after a match of `depth` tokens is to be accepted when it
