@@ -11,6 +11,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rows: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(8);
     let iters: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
+    // Distinct matrices cycled through: enough (e.g. 128, 70 MB) and the weights stream
+    // from memory as in a forward, instead of sitting in cache.
+    let copies: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
     let (out_dim, in_dim) = (1536, 576);
     let format = QuantFormat::Q4_1;
     let blocks = out_dim * in_dim / 32;
@@ -24,20 +27,23 @@ fn main() {
             bytes.push((x >> 24) as u8);
         }
     }
-    let m = QuantMatrix::from_ggml_bytes(format, out_dim, in_dim, &bytes).expect("matrix");
+    let ms: Vec<QuantMatrix> = (0..copies.max(1))
+        .map(|_| QuantMatrix::from_ggml_bytes(format, out_dim, in_dim, &bytes).expect("matrix"))
+        .collect();
     let xs: Vec<f32> = (0..rows * in_dim)
         .map(|i| ((i % 17) as f32 - 8.0) * 0.1)
         .collect();
     let mut acts = Q8Batch::default();
     let mut y = vec![0.0f32; rows * out_dim];
     let t = Instant::now();
-    for _ in 0..iters {
-        m.matmul_into(&xs, &mut acts, &mut y);
+    for i in 0..iters {
+        ms[i % ms.len()].matmul_into(&xs, &mut acts, &mut y);
     }
     let s = t.elapsed().as_secs_f64();
     let macs = (rows * out_dim * in_dim * iters) as f64;
     println!(
-        "rows {rows}: {:.2} us/call, {:.1} GMAC/s",
+        "rows {rows}, {} matrices: {:.2} us/call, {:.1} GMAC/s",
+        ms.len(),
         s / iters as f64 * 1e6,
         macs / s / 1e9
     );

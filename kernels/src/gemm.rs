@@ -125,6 +125,29 @@ pub mod x86 {
         }
     }
 
+    /// How far ahead of the block being computed its group's weights are prefetched, in
+    /// blocks (2 KB of Q4_1). Weights stream from memory once per call, and with the hardware
+    /// prefetcher alone an 8-row call ran 25-35% slower on streamed weights than on cached
+    /// ones (`kernels/examples/kernel_rate`); 4, 8 and 16 blocks ahead all helped, 8 most.
+    const PF: usize = 8;
+
+    /// Prefetch `len` bytes from `p` (any address: a prefetch never faults).
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8, len: usize) {
+        for line in (0..len).step_by(64) {
+            _mm_prefetch(p.wrapping_add(line) as *const i8, _MM_HINT_T0);
+        }
+    }
+
+    /// Prefetch the scales of `n` features from `at`.
+    #[inline(always)]
+    unsafe fn prefetch_scales(s: Scales, at: usize, n: usize) {
+        match s {
+            Scales::F32(v) => prefetch(v.as_ptr().wrapping_add(at) as *const u8, 4 * n),
+            Scales::F16(v) => prefetch(v.as_ptr().wrapping_add(at) as *const u8, 2 * n),
+        }
+    }
+
     /// Eight scales from `at` as f32.
     #[target_feature(enable = "avx,f16c")]
     #[inline]
@@ -251,6 +274,16 @@ pub mod x86 {
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut ms = [_mm256_setzero_ps(); R];
                     for b in 0..nb {
+                        if h == 0 && b % 2 == 0 {
+                            // Two blocks' weights and scales, PF blocks ahead (past the
+                            // group's end: the next group's, which follow it).
+                            let ahead = (b + PF) * segs * GROUP * 4;
+                            prefetch(g.qs.as_ptr().wrapping_add(ahead), 2 * segs * GROUP * 4);
+                            prefetch_scales(g.d, (b + PF) * scales * GROUP, 2 * scales * GROUP);
+                            if F == Q4_1 {
+                                prefetch_scales(g.m, (b + PF) * GROUP, 2 * GROUP);
+                            }
+                        }
                         let qs = g.qs.as_ptr().add(b * segs * GROUP * 4 + h * 32);
                         let mut w = [_mm256_setzero_si256(); 8];
                         if F == Q8_0 || F == Q6_K {
