@@ -104,12 +104,12 @@ pub struct ServeArgs {
 pub struct LoadgenArgs {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// A tenant's API key (also SPECGATE_API_KEY); `--compare-fixed` with an admin token
-    /// needs none.
+    /// A tenant's API key (also SPECGATE_API_KEY); not needed with an admin token.
     #[arg(long, env = "SPECGATE_API_KEY", hide_env_values = true)]
     key: Option<String>,
-    /// With `--compare-fixed`: create a tenant per configuration, so no configuration's
-    /// suffix cache holds another's answers (also SPECGATE_ADMIN_TOKEN).
+    /// Create a tenant per run (per level, repeat and mode; with `--compare-fixed`, per
+    /// configuration), so no suffix cache holds answers to the prompts it is measured on
+    /// (also SPECGATE_ADMIN_TOKEN).
     #[arg(long, env = "SPECGATE_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// The model id (default: the first of /v1/models).
@@ -253,10 +253,10 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         },
         _ => specgate::bench_policy::Tenancy::Shared,
     };
-    let key = match (&args.key, &tenancy) {
+    let key = match (&args.key, &args.admin_token) {
         (Some(k), _) => k.clone(),
-        (None, specgate::bench_policy::Tenancy::PerConfig { .. }) => String::new(),
-        (None, _) => anyhow::bail!("--key (or SPECGATE_API_KEY) is required"),
+        (None, Some(_)) => String::new(),
+        (None, None) => anyhow::bail!("--key (or SPECGATE_API_KEY) is required"),
     };
     let cfg = specgate::loadgen::LoadgenConfig {
         url: args.url.trim_end_matches('/').to_string(),
@@ -290,7 +290,8 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         std::fs::write(args.out.join("policy.md"), md)?;
         return Ok(());
     }
-    let rows = specgate::loadgen::loadgen(&cfg, &mut std::io::stderr())?;
+    let rows =
+        specgate::loadgen::loadgen(&cfg, args.admin_token.as_deref(), &mut std::io::stderr())?;
     println!("{}", specgate::loadgen::markdown(&rows));
     specgate::loadgen::write_results(&args.out, &rows)?;
     Ok(())

@@ -195,6 +195,7 @@ pub(crate) fn percentile(xs: &mut [f64], p: f64) -> f64 {
 /// Run `n` requests over `c` client threads; returns the samples, the errors and wall time.
 fn run_level(
     cfg: &LoadgenConfig,
+    key: &str,
     model: &str,
     mix: &[(String, String)],
     c: usize,
@@ -218,7 +219,7 @@ fn run_level(
                 } else {
                     SpecMode::Off
                 };
-                match one_request(cfg, &cfg.key, model, class, prompt, &mode) {
+                match one_request(cfg, key, model, class, prompt, &mode) {
                     Ok(s) => samples.lock().unwrap_or_else(|p| p.into_inner()).push(s),
                     Err(e) => {
                         eprintln!("loadgen: request failed: {e}");
@@ -275,21 +276,45 @@ pub(crate) fn prompt_mix(dir: &Path) -> Result<Vec<(String, String)>, LoadgenErr
     Ok(mix)
 }
 
+/// With `admin_token`, every (level, repeat, mode) runs as a new tenant: the same prompts
+/// recur across levels and repeats, and a tenant's suffix cache would draft a recurring
+/// prompt's earlier answer back, flattering speculation. Without one, all share `cfg.key`
+/// and the log says so when prompts recur.
 pub fn loadgen(
     cfg: &LoadgenConfig,
+    admin_token: Option<&str>,
     log: &mut dyn std::io::Write,
 ) -> Result<Vec<LevelReport>, LoadgenError> {
-    let model = model_id(cfg)?;
     let sets = load_prompt_sets(&cfg.prompt_dir)?;
     let mix = prompt_mix(&cfg.prompt_dir)?;
+    let recurs = cfg.repeats > 1 || cfg.concurrency.len() > 1 || cfg.requests > mix.len();
+    if admin_token.is_none() && recurs {
+        writeln!(
+            log,
+            "loadgen: one tenant sees the same prompts more than once, and its suffix cache \
+             drafts their earlier answers; pass --admin-token for a tenant per run"
+        )?;
+    }
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let key_for = |c: usize, r: usize, mode: &str| match admin_token {
+        Some(t) => create_tenant(&cfg.url, t, &format!("loadgen-{run_id}-c{c}-r{r}-{mode}")),
+        None => Ok(cfg.key.clone()),
+    };
+    let model = model_id(&LoadgenConfig {
+        key: key_for(0, 0, "model")?,
+        ..cfg.clone()
+    })?;
     let mut rows = Vec::new();
     for &c in &cfg.concurrency {
         let n = cfg.requests.max(c);
         // Modes alternate `repeats` times so drift of a noisy machine hits both alike.
         let mut runs: [(Vec<Sample>, usize, Duration); 2] = Default::default();
-        for _ in 0..cfg.repeats.max(1) {
+        for r in 0..cfg.repeats.max(1) {
             for (m, spec) in [true, false].into_iter().enumerate() {
-                let (samples, errors, wall) = run_level(cfg, &model, &mix, c, n, spec);
+                let key = key_for(c, r, if spec { "on" } else { "off" })?;
+                let (samples, errors, wall) = run_level(cfg, &key, &model, &mix, c, n, spec);
                 runs[m].0.extend(samples);
                 runs[m].1 += errors;
                 runs[m].2 += wall;
