@@ -3,7 +3,7 @@
 //! with them. Costs come from a verify-cost curve (rows → share of a one-row pass), so
 //! stopping rules can be compared in seconds, against an oracle that drafts exactly what will
 //! be accepted. A rule's floor is the score a draft must keep (the drafter's price times
-//! `TOKENS_PER_PASS_FORGONE`); "0.2 x rate" scales 0.2 by the rate achieved so far.
+//! `TOKENS_PER_PASS_FORGONE`).
 //!
 //! `cargo run --release --example suffix_replay [max_tokens]`: the outputs (of the shipped
 //! prompt sets, `max_tokens` each, default 128) are generated once and cached in
@@ -76,36 +76,23 @@ fn cases(max_tokens: usize) -> anyhow::Result<Vec<Case>> {
 }
 
 /// (tokens, cost in one-row passes) of one case; `oracle` cuts each draft to what is accepted.
-/// `floor` < 0: 0.2 times the rate `rate` (tokens per one-row pass) achieved so far.
-fn replay(
-    d: &mut dyn Drafter,
-    case: &Case,
-    k: usize,
-    floor: f32,
-    oracle: bool,
-    rate: &mut (f64, f64),
-) -> (f64, f64) {
+fn replay(d: &mut dyn Drafter, case: &Case, k: usize, floor: f32, oracle: bool) -> (f64, f64) {
     let (_, prompt, out) = case;
     let all: Vec<TokenId> = prompt.iter().chain(out).copied().collect();
     let sampling = SamplingParams::greedy();
-    let ctx = |n: usize, f: f32| DraftContext {
+    let ctx = |n: usize| DraftContext {
         tokens: &all[..n],
         prompt_len: prompt.len(),
         sampling: &sampling,
         hidden: None,
         // The drafter's floor is the price times what a pass is worth.
-        row_cost: Some(f / TOKENS_PER_PASS_FORGONE),
+        row_cost: Some(floor / TOKENS_PER_PASS_FORGONE),
     };
     // The prompt's pass commits the first token.
     let (mut pos, mut total) = (prompt.len() + 1, 0.0);
     while pos < all.len() {
-        let f = if floor < 0.0 {
-            0.2 * (rate.0 / rate.1).max(1.0) as f32
-        } else {
-            floor
-        };
         let mut draft = d
-            .propose(&ctx(pos, f), k)
+            .propose(&ctx(pos), k)
             .map(|d| d.tokens)
             .unwrap_or_default();
         let left = all.len() - pos;
@@ -120,11 +107,7 @@ fn replay(
         total += cost(draft.len() + 1);
         let commit = (agree + 1).min(left);
         pos += commit;
-        *rate = (
-            0.98 * rate.0 + commit as f64,
-            0.98 * rate.1 + cost(draft.len() + 1),
-        );
-        d.on_commit(&ctx(pos, f), agree.min(commit));
+        d.on_commit(&ctx(pos), agree.min(commit));
     }
     d.finish();
     (out.len().saturating_sub(1) as f64, total)
@@ -201,7 +184,6 @@ fn main() -> anyhow::Result<()> {
         ("floor 0.3", 0.3, false),
         ("floor 0.35", 0.35, false),
         ("floor 0.4", 0.4, false),
-        ("0.2 x rate", -1.0, false),
         ("oracle", 0.0, true),
     ];
     for (rule, floor, oracle) in rules {
@@ -210,10 +192,9 @@ fn main() -> anyhow::Result<()> {
             for set in sets {
                 let shared = Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)));
                 let (mut tokens, mut cost) = (0.0, 0.0);
-                let mut rate = (1.0, 1.0);
                 for case in cases.iter().filter(|c| c.0 == set) {
                     let mut d = SuffixDrafter::new(8, 0.2, Some(shared.clone()));
-                    let (t, c) = replay(&mut d, case, k, floor, oracle, &mut rate);
+                    let (t, c) = replay(&mut d, case, k, floor, oracle);
                     tokens += t;
                     cost += c;
                 }

@@ -274,9 +274,10 @@ pub mod x86 {
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut ms = [_mm256_setzero_ps(); R];
                     for b in 0..nb {
-                        if h == 0 && b % 2 == 0 {
+                        if h == 0 && r0 == 0 && b % 2 == 0 {
                             // Two blocks' weights and scales, PF blocks ahead (past the
-                            // group's end: the next group's, which follow it).
+                            // group's end: the next group's, which follow it); later row
+                            // tiles of the group find them cached.
                             let ahead = (b + PF) * segs * GROUP * 4;
                             prefetch(g.qs.as_ptr().wrapping_add(ahead), 2 * segs * GROUP * 4);
                             prefetch_scales(g.d, (b + PF) * scales * GROUP, 2 * scales * GROUP);
