@@ -219,6 +219,48 @@ pub mod x86 {
             } else {
                 _mm512_setzero_ps()
             };
+            if F != Q6_K {
+                // Segment by segment across the rows: R independent chains of dot
+                // instructions, where row by row gave two chains of four per row and ran
+                // at latency (the row loop was not unrolled).
+                let mut lo = [_mm512_setzero_si512(); R];
+                let mut hi = [_mm512_setzero_si512(); R];
+                let ys: [*const i8; R] =
+                    std::array::from_fn(|t| a.qs.as_ptr().add(((r0 + t) * nb + b) * QK));
+                // Few rows: two chains per row (halves of the block), else too few in flight.
+                let split = R < 6;
+                for (c, &wc) in w.iter().enumerate() {
+                    for t in 0..R {
+                        let s = if split && c >= 4 { &mut hi[t] } else { &mut lo[t] };
+                        *s = _mm512_dpbusd_epi32(*s, wc, _mm512_set1_epi32(chunk(ys[t], c)));
+                    }
+                }
+                for t in 0..R {
+                    let isum = if split {
+                        _mm512_add_epi32(lo[t], hi[t])
+                    } else {
+                        lo[t]
+                    };
+                    let i = (r0 + t) * nb + b;
+                    let offset = match F {
+                        Q4_0 => 8,
+                        Q8_0 => 128,
+                        _ => 0,
+                    };
+                    let isum = if offset != 0 {
+                        _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum(i)))
+                    } else {
+                        isum
+                    };
+                    let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
+                    acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
+                    if F == Q4_1 {
+                        let s = _mm512_set1_ps(*a.s.get_unchecked(i));
+                        ms[t] = _mm512_fmadd_ps(wm, s, ms[t]);
+                    }
+                }
+                continue;
+            }
             for t in 0..R {
                 let i = (r0 + t) * nb + b;
                 let y = a.qs.as_ptr().add(i * QK);
