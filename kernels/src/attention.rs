@@ -179,13 +179,12 @@ pub fn attend_with<T: KvElem>(
     positions.extend(visible);
     #[cfg(target_arch = "x86_64")]
     if path.shares_loads(group, hd) {
-        q16.clear();
-        q16.extend(q.iter().map(|&x| f16::from_f32(x).to_f32()));
         scores.clear();
         scores.resize(group * positions.len(), 0.0);
         // SAFETY: the Avx512 path is only asked for where the CPU has AVX-512F/VL, AVX2, FMA
         // and F16C; positions index the cache; shapes were checked just above.
         unsafe {
+            x86::round_f16_into(q, q16);
             match group {
                 2 => x86::attend_group::<T, 2>(q16, &kv, positions, scale, scores, out),
                 _ => x86::attend_group::<T, 3>(q16, &kv, positions, scale, scores, out),
@@ -285,6 +284,8 @@ pub use rows::{attend_rows, RowsScratch};
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_512;
 
 #[cfg(test)]
 mod tests {

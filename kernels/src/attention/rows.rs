@@ -48,10 +48,10 @@ pub fn attend_rows<T: KvElem, I: Iterator<Item = usize>>(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: every path but Portable runs with AVX2, FMA and F16C; hd is a whole number of
-    // 8-lane chunks; positions index the cache.
+    // SAFETY: every path but Portable runs with AVX2, FMA and F16C, and Avx512 with AVX-512F
+    // too; hd is a whole number of 8-lane chunks; positions index the cache.
     unsafe {
-        blocked(q, hd, kv, shared, tail, scale, scratch, out)
+        blocked(q, hd, kv, shared, tail, scale, scratch, out, path)
     };
 }
 
@@ -70,10 +70,12 @@ unsafe fn blocked<T: KvElem, I: Iterator<Item = usize>>(
     scale: f32,
     s: &mut RowsScratch,
     out: &mut [f32],
+    path: AttnPath,
 ) {
     let queries = q.len() / hd;
-    s.q16.clear();
-    s.q16.extend(q.iter().map(|&x| f16::from_f32(x).to_f32()));
+    // AVX-512 kernels for the usual head width: same bits, half the multiply-adds.
+    let wide = path == AttnPath::Avx512 && hd == x86_512::HEAD;
+    x86::round_f16_into(q, &mut s.q16);
     s.tails.clear();
     s.ends.clear();
     for i in 0..queries {
@@ -93,6 +95,11 @@ unsafe fn blocked<T: KvElem, I: Iterator<Item = usize>>(
     let keys = kv.keys.as_ptr().add(kv.offset);
     for first in (0..shared).step_by(8) {
         let n = (shared - first).min(8);
+        if wide {
+            x86_512::widen_key_pairs(keys, kv.stride, (first, n), &mut s.block);
+            x86_512::block_scores(&s.q16, &s.block, n, &mut s.scores, (stride, first));
+            continue;
+        }
         x86::widen_block(keys, kv.stride, (first, n, hd), &mut s.block);
         x86::block_scores(&s.q16, &s.block, (hd, n), &mut s.scores, (stride, first));
     }
@@ -112,6 +119,10 @@ unsafe fn blocked<T: KvElem, I: Iterator<Item = usize>>(
     for first in (0..shared).step_by(VALUE_BLOCK) {
         let n = (shared - first).min(VALUE_BLOCK);
         x86::widen_block(values, kv.stride, (first, n, hd), &mut s.block);
+        if wide {
+            x86_512::block_values(&s.block, n, &s.scores, (stride, first), out);
+            continue;
+        }
         x86::block_values(&s.block, (hd, n), &s.scores, (stride, first), out);
     }
     for (i, o) in out.chunks_exact_mut(hd).enumerate() {
