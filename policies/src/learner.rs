@@ -8,6 +8,13 @@
 //! uncertainty), takes for each the k that maximises [`value`] at the current load, and keeps
 //! plain decoding (value 1) as a candidate. The incumbent keeps its place unless a challenger
 //! is better by a margin, so the choice does not flap.
+//!
+//! Every observation also feeds its workload class's pool (all tenants' routes of the class,
+//! the same decay). A route seen for the first time starts from that pool, scaled down to one
+//! request's worth of evidence: a new tenant's code edits start where code edits accept, not
+//! from a uniform prior that spends its first requests on strategies the class never pays
+//! for, and its own traffic outweighs the seed within a few requests. Only acceptance counts
+//! and draft costs cross tenants, never text.
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -58,6 +65,8 @@ const DECAY_OWN: f64 = 0.95;
 /// Decay of every other arm per request of the route: evidence nobody refreshes goes stale
 /// (half-life ≈ 140 requests) and the strategy gets explored again, rarely.
 const DECAY_STALE: f64 = 0.995;
+/// A new route's seed from its class's pool: at most this many judged positions per arm.
+const SEED_EVIDENCE: f64 = MAX_EVIDENCE;
 /// A challenger must beat the incumbent by this factor.
 const HYSTERESIS: f64 = 1.03;
 const PRIOR: (f64, f64) = (1.0, 1.0);
@@ -90,11 +99,24 @@ impl ArmState {
     fn draw(&self, rng: &mut impl Rng) -> f64 {
         Beta::new(self.accepted, self.rejected).map_or(self.mean_alpha(), |b| b.sample(rng))
     }
+
+    /// This arm's evidence scaled down to at most `cap` judged positions, the mean kept.
+    fn seed(&self, cap: f64) -> Self {
+        let (a, r) = (self.accepted - PRIOR.0, self.rejected - PRIOR.1);
+        let scale = (cap / (a + r).max(f64::MIN_POSITIVE)).min(1.0);
+        Self {
+            accepted: PRIOR.0 + a * scale,
+            rejected: PRIOR.1 + r * scale,
+            draft_cost: self.draft_cost,
+        }
+    }
 }
+
+type Arms = BTreeMap<StrategyKind, ArmState>;
 
 #[derive(Debug, Clone, Default)]
 struct RouteState {
-    arms: BTreeMap<StrategyKind, ArmState>,
+    arms: Arms,
     incumbent: Option<(StrategyKind, usize)>,
 }
 
@@ -102,6 +124,8 @@ struct RouteState {
 #[derive(Debug, Clone, Default)]
 pub struct Learner {
     routes: HashMap<RouteKey, RouteState>,
+    /// Every route's evidence pooled per workload class: new routes' starting point.
+    classes: HashMap<WorkloadClass, Arms>,
 }
 
 /// Prior draft cost when none was measured: lookups are free, model drafters are not.
@@ -129,7 +153,18 @@ impl Learner {
         load: &LoadView,
         rng: &mut impl Rng,
     ) -> SpecPlan {
-        let state = self.routes.entry(route.clone()).or_default();
+        let pool = self.classes.get(&route.class);
+        let state = self
+            .routes
+            .entry(route.clone())
+            .or_insert_with(|| RouteState {
+                arms: pool.map_or_else(Arms::new, |arms| {
+                    arms.iter()
+                        .map(|(s, arm)| (*s, arm.seed(SEED_EVIDENCE)))
+                        .collect()
+                }),
+                incumbent: None,
+            });
         if !limits.speculation || limits.k_max == 0 {
             state.incumbent = None;
             return SpecPlan::PLAIN;
@@ -185,32 +220,11 @@ impl Learner {
         }
     }
 
-    /// Learn from a finished request of the route.
+    /// Learn from a finished request of the route (and for its class's pool).
     pub fn observe(&mut self, route: &RouteKey, obs: &Observation) {
         let state = self.routes.entry(route.clone()).or_default();
-        let observed =
-            (obs.strategy != StrategyKind::Plain && obs.judged > 0).then_some(obs.strategy);
-        for (s, arm) in state.arms.iter_mut() {
-            let d = if Some(*s) == observed {
-                DECAY_OWN
-            } else {
-                DECAY_STALE
-            };
-            arm.accepted = PRIOR.0 + (arm.accepted - PRIOR.0) * d;
-            arm.rejected = PRIOR.1 + (arm.rejected - PRIOR.1) * d;
-        }
-        let Some(strategy) = observed else {
-            return;
-        };
-        let arm = state.arms.entry(strategy).or_default();
-        let weight = (obs.judged as f64).min(MAX_EVIDENCE) / obs.judged as f64;
-        arm.accepted += obs.accepted as f64 * weight;
-        arm.rejected += (obs.judged - obs.accepted.min(obs.judged)) as f64 * weight;
-        if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
-            let pass = obs.verify_secs / obs.rounds as f64;
-            let c = obs.draft_secs / obs.drafted as f64 / pass;
-            arm.draft_cost = Some(arm.draft_cost.map_or(c, |old| old + 0.2 * (c - old)));
-        }
+        learn(&mut state.arms, obs);
+        learn(self.classes.entry(route.class).or_default(), obs);
     }
 
     /// The route's current evidence (for analytics and tests).
@@ -219,5 +233,32 @@ impl Learner {
             .get(route)
             .map(|s| s.arms.iter().map(|(k, v)| (*k, *v)).collect())
             .unwrap_or_default()
+    }
+}
+
+/// One request's evidence into a set of arms: the observed arm's old evidence decays faster
+/// than the others', then the new evidence is added.
+fn learn(arms: &mut Arms, obs: &Observation) {
+    let observed = (obs.strategy != StrategyKind::Plain && obs.judged > 0).then_some(obs.strategy);
+    for (s, arm) in arms.iter_mut() {
+        let d = if Some(*s) == observed {
+            DECAY_OWN
+        } else {
+            DECAY_STALE
+        };
+        arm.accepted = PRIOR.0 + (arm.accepted - PRIOR.0) * d;
+        arm.rejected = PRIOR.1 + (arm.rejected - PRIOR.1) * d;
+    }
+    let Some(strategy) = observed else {
+        return;
+    };
+    let arm = arms.entry(strategy).or_default();
+    let weight = (obs.judged as f64).min(MAX_EVIDENCE) / obs.judged as f64;
+    arm.accepted += obs.accepted as f64 * weight;
+    arm.rejected += (obs.judged - obs.accepted.min(obs.judged)) as f64 * weight;
+    if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
+        let pass = obs.verify_secs / obs.rounds as f64;
+        let c = obs.draft_secs / obs.drafted as f64 / pass;
+        arm.draft_cost = Some(arm.draft_cost.map_or(c, |old| old + 0.2 * (c - old)));
     }
 }

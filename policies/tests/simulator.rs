@@ -272,3 +272,93 @@ fn constraints_bound_the_choice() {
         );
     }
 }
+
+fn tenant_route(tenant: &str, class: WorkloadClass) -> RouteKey {
+    RouteKey {
+        tenant: tenant.into(),
+        class,
+    }
+}
+
+/// Run `n` requests of a route; returns the strategy each one chose.
+fn serve(
+    learner: &mut Learner,
+    route: &RouteKey,
+    ts: &[Truth],
+    n: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<StrategyKind> {
+    (0..n)
+        .map(|_| {
+            let plan = learner.choose(route, &limits(), &IDLE, rng);
+            let (_, _, obs) = simulate(plan, ts, &IDLE, rng);
+            learner.observe(route, &obs);
+            plan.strategy
+        })
+        .collect()
+}
+
+#[test]
+fn a_new_tenant_starts_from_its_class_and_its_own_traffic_outweighs_that() {
+    let code = WorkloadClass::CodeEdit;
+    let (mut warm_hits, mut cold_hits, mut overridden) = (0, 0, 0);
+    let seeds = 20;
+    for seed in 0..seeds {
+        let mut rng = ChaCha8Rng::seed_from_u64(100 + seed);
+        // One tenant's code edits teach the class that suffix pays (α 0.85).
+        let mut learner = Learner::default();
+        serve(
+            &mut learner,
+            &tenant_route("a", code),
+            &truths(0.85),
+            60,
+            &mut rng,
+        );
+
+        // A new tenant's first two code edits: suffix at once; a class nobody has served yet
+        // (as in a new learner) still explores.
+        let first = serve(
+            &mut learner,
+            &tenant_route("b", code),
+            &truths(0.85),
+            2,
+            &mut rng,
+        );
+        warm_hits += first.iter().filter(|&&s| s == StrategyKind::Suffix).count();
+        let rag = tenant_route("b", WorkloadClass::Rag);
+        let first = serve(&mut learner, &rag, &truths(0.85), 2, &mut rng);
+        cold_hits += first.iter().filter(|&&s| s == StrategyKind::Suffix).count();
+
+        // The seed is one request's worth of evidence, not the class's whole history.
+        let c = tenant_route("c", code);
+        learner.choose(&c, &limits(), &IDLE, &mut rng);
+        let arms = learner.arms(&c);
+        let suffix = arms.iter().find(|(s, _)| *s == StrategyKind::Suffix);
+        let (_, arm) = suffix.expect("seeded from the class");
+        assert!(arm.accepted + arm.rejected <= 22.0 + 1e-9, "{arm:?}");
+        assert!(
+            arm.mean_alpha() > 0.7,
+            "the class's acceptance kept: {arm:?}"
+        );
+
+        // A tenant whose code edits do not suit suffix (α 0.1) leaves it within 20 requests.
+        let d = tenant_route("d", code);
+        let later = serve(&mut learner, &d, &truths(0.1), 40, &mut rng);
+        let suffix_late = later[20..].iter().filter(|&&s| s == StrategyKind::Suffix);
+        overridden += usize::from(suffix_late.count() <= 2);
+    }
+    let n = 2 * seeds as usize;
+    eprintln!("suffix first: {warm_hits} of {n} seeded, {cold_hits} of {n} cold");
+    assert!(
+        warm_hits * 10 >= n * 9,
+        "seeded: suffix in {warm_hits} of {n}"
+    );
+    assert!(
+        cold_hits * 10 <= n * 6,
+        "cold: suffix in {cold_hits} of {n}"
+    );
+    assert!(
+        overridden >= seeds as usize - 1,
+        "own traffic won in {overridden} of {seeds}"
+    );
+}
