@@ -131,7 +131,8 @@ pub struct LoadgenArgs {
     /// plan with plain decoding and these fixed choices (e.g. ngram:2,suffix:4).
     #[arg(long, value_delimiter = ',')]
     compare_fixed: Vec<String>,
-    /// Passes over the prompt sets before measuring (the learner's warm-up).
+    /// Passes over the prompt sets before measuring (the learner's warm-up; for the levels,
+    /// by a tenant of its own and only with an admin token).
     #[arg(long, default_value_t = 1)]
     warmup: usize,
     /// Measured passes.
@@ -267,6 +268,7 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         prompt_dir: args.prompts,
         repeats: args.repeats,
+        warmup: args.warmup,
     };
     if !args.compare_fixed.is_empty() {
         let mut fixed = Vec::new();

@@ -38,6 +38,8 @@ pub struct LoadgenConfig {
     pub prompt_dir: PathBuf,
     /// Times each level alternates speculation on and off.
     pub repeats: usize,
+    /// Passes over the mix before measuring, by a tenant of their own (admin token only).
+    pub warmup: usize,
 }
 
 /// How a request asks for speculation.
@@ -306,6 +308,16 @@ pub fn loadgen(
         key: key_for(0, 0, "model")?,
         ..cfg.clone()
     })?;
+    if admin_token.is_some() && cfg.warmup > 0 {
+        // The learner pools each class's evidence over tenants and starts new routes from
+        // it, so the measured tenants plan as a new tenant of a server that has served these
+        // classes does, while their suffix caches start empty.
+        let key = key_for(0, 0, "warmup")?;
+        for pass in 0..cfg.warmup {
+            writeln!(log, "warm-up pass {}/{}", pass + 1, cfg.warmup)?;
+            run_level(cfg, &key, &model, &mix, 1, mix.len(), true);
+        }
+    }
     let mut rows = Vec::new();
     for &c in &cfg.concurrency {
         let n = cfg.requests.max(c);
