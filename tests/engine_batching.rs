@@ -157,8 +157,8 @@ fn the_engine_times_its_steps_before_serving() {
     let (_dir, lm) = tiny_model();
     let engine = EngineHandle::start(lm, EngineConfig::default()).unwrap();
     let status = engine.status();
-    wait_until("the step-cost fit", || status.step_fit().is_some());
-    let (t0, t1) = status.step_fit().unwrap();
+    wait_until("the step-cost fit", || status.step_fit(1).is_some());
+    let (t0, t1) = status.step_fit(1).unwrap();
     assert!(t0 > 0.0 && t1 >= 0.0, "{t0} {t1}");
     assert_eq!(status.kv_bytes.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -97,10 +97,25 @@ impl StepCosts {
 
     /// (t0, t1) by least squares over the buckets seen; `None` until two sizes were seen.
     pub fn fit(&self) -> Option<(f64, f64)> {
+        self.fit_within(0.0, f64::INFINITY)
+    }
+
+    /// The line through the step sizes `sequences` sequences' rounds produce (plain steps of
+    /// n tokens up to rounds of n·9), else [`StepCosts::fit`]. A CPU step's time is not one
+    /// line: flat while the weights' reads dominate, then steeper where arithmetic does. Fit
+    /// over everything a server ran (prompt-sized batches of busy periods included), one
+    /// sequence's rows were priced at 0.32 of a pass where they cost 0.13, and suffix drafts
+    /// stopped at half the length they pay at.
+    pub fn fit_for(&self, sequences: usize) -> Option<(f64, f64)> {
+        let n = sequences.max(1) as f64;
+        self.fit_within(n / 2.0, 16.0 * n).or_else(|| self.fit())
+    }
+
+    fn fit_within(&self, lo: f64, hi: f64) -> Option<(f64, f64)> {
         let pts: Vec<(f64, f64)> = self
             .buckets
             .iter()
-            .filter(|b| b.seen >= 2)
+            .filter(|b| b.seen >= 2 && (lo..=hi).contains(&b.tokens))
             .map(|b| (b.tokens, b.secs))
             .collect();
         if pts.len() < 2 {
@@ -232,6 +247,37 @@ mod tests {
         seeded.observe(8, 10.0 * step(8));
         let moved = seeded.fit().unwrap().1 / 0.0015 - 1.0;
         assert!(moved > 0.0 && moved < 0.2, "{moved}");
+    }
+
+    #[test]
+    fn rows_are_priced_by_the_step_sizes_of_the_load() {
+        // Nearly flat while weights' reads dominate, then 0.5 ms per token (about the default
+        // model on 2 cores): small rounds' rows cost far less than the line through big
+        // batches says.
+        let step = |b: usize| (0.0027 + 0.0002 * (b as f64 - 1.0)).max(0.0005 * b as f64);
+        let mut s = StepCosts::default();
+        for b in [1usize, 2, 4, 8, 16, 32, 64, 128, 256] {
+            s.seed(b, step(b));
+        }
+        let row = |fit: Option<(f64, f64)>, n: usize| {
+            LoadView {
+                sequences: n,
+                step: fit,
+            }
+            .row_cost()
+        };
+        let (local, global) = (row(s.fit_for(1), 1), row(s.fit(), 1));
+        assert!((0.10..0.16).contains(&local), "one sequence: {local}");
+        assert!(global > 2.0 * local, "the global line: {global}");
+        // Sixteen sequences: their rounds sit on the steep part, where a row costs most of a
+        // sequence's share of the step.
+        let busy = row(s.fit_for(16), 16);
+        assert!(busy > 0.8, "sixteen sequences: {busy}");
+        // With only other sizes seen, the global line stands in.
+        let mut far = StepCosts::default();
+        far.seed(256, step(256));
+        far.seed(1024, step(1024));
+        assert_eq!(far.fit_for(1), far.fit());
     }
 
     #[test]

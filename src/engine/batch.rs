@@ -307,7 +307,7 @@ impl Engine {
         // What a verify row costs in this step: every live sequence's tokens share it.
         let row_cost = LoadView {
             sequences: self.live.len(),
-            step: self.status.step_fit(),
+            step: self.status.step_fit(self.live.len()),
         }
         .row_cost() as f32;
         metrics::gauge!("specgate_verify_row_cost").set(f64::from(row_cost));

@@ -141,9 +141,10 @@ pub struct EngineStatus {
 }
 
 impl EngineStatus {
-    /// The fitted step cost (t0, t1), once the engine has run steps of two sizes.
-    pub fn step_fit(&self) -> Option<(f64, f64)> {
-        self.step_costs.lock().ok()?.fit()
+    /// The fitted step cost (t0, t1) around the step sizes `sequences` sequences' rounds
+    /// produce, once the engine has run steps of two sizes.
+    pub fn step_fit(&self, sequences: usize) -> Option<(f64, f64)> {
+        self.step_costs.lock().ok()?.fit_for(sequences)
     }
 }
 

@@ -85,7 +85,7 @@ impl Router {
             .saturating_add(status.queued.load(Ordering::Relaxed));
         LoadView {
             sequences: busy + 1,
-            step: status.step_fit(),
+            step: status.step_fit(busy + 1),
         }
     }
 }
