@@ -61,6 +61,16 @@ impl StrategyKind {
         matches!(self, Self::Suffix | Self::SuffixMedusa)
     }
 
+    /// Strategies whose drafters price every token they draft against the round's verify-row
+    /// cost (a calibrated chance that the draft so far is accepted) and stop where it no
+    /// longer pays: k only caps them, and a lower cap forgoes drafts that pay.
+    pub fn prices_own_drafts(self) -> bool {
+        matches!(
+            self,
+            Self::Suffix | Self::SuffixMedusa | Self::Medusa | Self::MedusaTree
+        )
+    }
+
     /// Strategies that draft with Medusa heads (served only where heads are loaded).
     pub fn uses_medusa(self) -> bool {
         matches!(self, Self::Medusa | Self::MedusaTree | Self::SuffixMedusa)
