@@ -231,7 +231,11 @@ pub mod x86 {
                 let split = R < 6;
                 for (c, &wc) in w.iter().enumerate() {
                     for t in 0..R {
-                        let s = if split && c >= 4 { &mut hi[t] } else { &mut lo[t] };
+                        let s = if split && c >= 4 {
+                            &mut hi[t]
+                        } else {
+                            &mut lo[t]
+                        };
                         *s = _mm512_dpbusd_epi32(*s, wc, _mm512_set1_epi32(chunk(ys[t], c)));
                     }
                 }

@@ -153,18 +153,7 @@ impl Learner {
         load: &LoadView,
         rng: &mut impl Rng,
     ) -> SpecPlan {
-        let pool = self.classes.get(&route.class);
-        let state = self
-            .routes
-            .entry(route.clone())
-            .or_insert_with(|| RouteState {
-                arms: pool.map_or_else(Arms::new, |arms| {
-                    arms.iter()
-                        .map(|(s, arm)| (*s, arm.seed(SEED_EVIDENCE)))
-                        .collect()
-                }),
-                incumbent: None,
-            });
+        let state = self.route(route);
         if !limits.speculation || limits.k_max == 0 {
             state.incumbent = None;
             return SpecPlan::PLAIN;
@@ -230,10 +219,24 @@ impl Learner {
         }
     }
 
+    /// The route's state; a new route starts from its class's pool.
+    fn route(&mut self, route: &RouteKey) -> &mut RouteState {
+        let pool = self.classes.get(&route.class);
+        self.routes
+            .entry(route.clone())
+            .or_insert_with(|| RouteState {
+                arms: pool.map_or_else(Arms::new, |arms| {
+                    arms.iter()
+                        .map(|(s, arm)| (*s, arm.seed(SEED_EVIDENCE)))
+                        .collect()
+                }),
+                incumbent: None,
+            })
+    }
+
     /// Learn from a finished request of the route (and for its class's pool).
     pub fn observe(&mut self, route: &RouteKey, obs: &Observation) {
-        let state = self.routes.entry(route.clone()).or_default();
-        learn(&mut state.arms, obs);
+        learn(&mut self.route(route).arms, obs);
         learn(self.classes.entry(route.class).or_default(), obs);
     }
 

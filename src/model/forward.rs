@@ -227,7 +227,11 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 fn sum_of_squares(x: &[f32]) -> f64 {
     let mut lanes = [0.0f64; 8];
     let chunks = x.chunks_exact(8);
-    let tail: f64 = chunks.remainder().iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&v| (v as f64) * (v as f64))
+        .sum();
     for c in chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
             *l += (v as f64) * (v as f64);

@@ -110,7 +110,10 @@ pub unsafe fn block_values(
     let vals = vbuf.as_ptr();
     let mut i = 0;
     while i + 2 <= queries {
-        let (wa, wb) = (&weights[i * stride + at..][..n], &weights[(i + 1) * stride + at..][..n]);
+        let (wa, wb) = (
+            &weights[i * stride + at..][..n],
+            &weights[(i + 1) * stride + at..][..n],
+        );
         let (mut a, mut b) = (load4(o.add(i * HEAD)), load4(o.add((i + 1) * HEAD)));
         for p in 0..n {
             let (xa, xb) = (_mm512_set1_ps(wa[p]), _mm512_set1_ps(wb[p]));
