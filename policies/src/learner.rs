@@ -10,11 +10,11 @@
 //! is better by a margin, so the choice does not flap.
 //!
 //! Every observation also feeds its workload class's pool (all tenants' routes of the class,
-//! the same decay). A route seen for the first time starts from that pool, scaled down to one
-//! request's worth of evidence: a new tenant's code edits start where code edits accept, not
-//! from a uniform prior that spends its first requests on strategies the class never pays
-//! for, and its own traffic outweighs the seed within a few requests. Only acceptance counts
-//! and draft costs cross tenants, never text.
+//! the same decay), and a route's arms are its own evidence on top of that pool scaled down
+//! to one request's worth (a hierarchical prior): a new tenant's code edits start where code
+//! edits accept, not from a uniform prior that spends its first requests on strategies the
+//! class never pays for, and its own traffic outweighs the prior within a few requests. Only
+//! acceptance counts and draft costs cross tenants, never text.
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -65,8 +65,8 @@ const DECAY_OWN: f64 = 0.95;
 /// Decay of every other arm per request of the route: evidence nobody refreshes goes stale
 /// (half-life ≈ 140 requests) and the strategy gets explored again, rarely.
 const DECAY_STALE: f64 = 0.995;
-/// A new route's seed from its class's pool: at most this many judged positions per arm.
-const SEED_EVIDENCE: f64 = MAX_EVIDENCE;
+/// The class prior under a route's own evidence: at most this many judged positions per arm.
+const CLASS_PRIOR: f64 = MAX_EVIDENCE;
 /// A challenger must beat the incumbent by this factor.
 const HYSTERESIS: f64 = 1.03;
 const PRIOR: (f64, f64) = (1.0, 1.0);
@@ -100,14 +100,18 @@ impl ArmState {
         Beta::new(self.accepted, self.rejected).map_or(self.mean_alpha(), |b| b.sample(rng))
     }
 
-    /// This arm's evidence scaled down to at most `cap` judged positions, the mean kept.
-    fn seed(&self, cap: f64) -> Self {
-        let (a, r) = (self.accepted - PRIOR.0, self.rejected - PRIOR.1);
+    /// This arm's own evidence on top of `pool`'s scaled down to at most `cap` judged
+    /// positions (the pool's mean kept); the arm's draft cost, else the pool's.
+    fn over(&self, pool: Option<&ArmState>, cap: f64) -> Self {
+        let Some(pool) = pool else {
+            return *self;
+        };
+        let (a, r) = (pool.accepted - PRIOR.0, pool.rejected - PRIOR.1);
         let scale = (cap / (a + r).max(f64::MIN_POSITIVE)).min(1.0);
         Self {
-            accepted: PRIOR.0 + a * scale,
-            rejected: PRIOR.1 + r * scale,
-            draft_cost: self.draft_cost,
+            accepted: self.accepted + a * scale,
+            rejected: self.rejected + r * scale,
+            draft_cost: self.draft_cost.or(pool.draft_cost),
         }
     }
 }
@@ -153,7 +157,8 @@ impl Learner {
         load: &LoadView,
         rng: &mut impl Rng,
     ) -> SpecPlan {
-        let state = self.route(route);
+        let pool = self.classes.get(&route.class);
+        let state = self.routes.entry(route.clone()).or_default();
         if !limits.speculation || limits.k_max == 0 {
             state.incumbent = None;
             return SpecPlan::PLAIN;
@@ -170,7 +175,8 @@ impl Learner {
             vec![((StrategyKind::Plain, 0), 1.0)]
         };
         for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
-            let arm = state.arms.get(&s).copied().unwrap_or_default();
+            let own = state.arms.get(&s).copied().unwrap_or_default();
+            let arm = own.over(pool.and_then(|p| p.get(&s)), CLASS_PRIOR);
             let alpha = if limits.explore {
                 arm.draw(rng)
             } else {
@@ -219,33 +225,26 @@ impl Learner {
         }
     }
 
-    /// The route's state; a new route starts from its class's pool.
-    fn route(&mut self, route: &RouteKey) -> &mut RouteState {
-        let pool = self.classes.get(&route.class);
-        self.routes
-            .entry(route.clone())
-            .or_insert_with(|| RouteState {
-                arms: pool.map_or_else(Arms::new, |arms| {
-                    arms.iter()
-                        .map(|(s, arm)| (*s, arm.seed(SEED_EVIDENCE)))
-                        .collect()
-                }),
-                incumbent: None,
-            })
-    }
-
     /// Learn from a finished request of the route (and for its class's pool).
     pub fn observe(&mut self, route: &RouteKey, obs: &Observation) {
-        learn(&mut self.route(route).arms, obs);
+        learn(&mut self.routes.entry(route.clone()).or_default().arms, obs);
         learn(self.classes.entry(route.class).or_default(), obs);
     }
 
-    /// The route's current evidence (for analytics and tests).
+    /// The evidence a plan for the route draws from: its own over its class's prior (for
+    /// analytics and tests).
     pub fn arms(&self, route: &RouteKey) -> Vec<(StrategyKind, ArmState)> {
-        self.routes
-            .get(route)
-            .map(|s| s.arms.iter().map(|(k, v)| (*k, *v)).collect())
-            .unwrap_or_default()
+        let empty = Arms::new();
+        let own = self.routes.get(route).map_or(&empty, |s| &s.arms);
+        let pool = self.classes.get(&route.class).unwrap_or(&empty);
+        let kinds: std::collections::BTreeSet<_> = own.keys().chain(pool.keys()).collect();
+        kinds
+            .into_iter()
+            .map(|s| {
+                let arm = own.get(s).copied().unwrap_or_default();
+                (*s, arm.over(pool.get(s), CLASS_PRIOR))
+            })
+            .collect()
     }
 }
 

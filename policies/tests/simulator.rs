@@ -310,21 +310,21 @@ fn serve(
 }
 
 #[test]
-fn a_new_tenant_starts_from_its_class_and_its_own_traffic_outweighs_that() {
+fn a_tenant_plans_from_its_class_until_its_own_traffic_outweighs_that() {
     let code = WorkloadClass::CodeEdit;
-    let (mut warm_hits, mut cold_hits, mut overridden) = (0, 0, 0);
+    let (mut warm_hits, mut cold_hits, mut early_hits, mut overridden) = (0, 0, 0, 0);
     let seeds = 20;
     for seed in 0..seeds {
         let mut rng = ChaCha8Rng::seed_from_u64(100 + seed);
-        // One tenant's code edits teach the class that suffix pays (α 0.85).
+        // One tenant's code edits teach the class that suffix pays (α 0.85), while another
+        // tenant's route already exists with no evidence of its own.
         let mut learner = Learner::default();
-        serve(
-            &mut learner,
-            &tenant_route("a", code),
-            &truths(0.85),
-            60,
-            &mut rng,
-        );
+        let early = tenant_route("e", code);
+        learner.choose(&early, &limits(), &IDLE, &mut rng);
+        let a = tenant_route("a", code);
+        serve(&mut learner, &a, &truths(0.85), 60, &mut rng);
+        let next = serve(&mut learner, &early, &truths(0.85), 2, &mut rng);
+        early_hits += next.iter().filter(|&&s| s == StrategyKind::Suffix).count();
 
         // A new tenant's first two code edits: suffix at once; a class nobody has served yet
         // (as in a new learner) still explores.
@@ -340,12 +340,12 @@ fn a_new_tenant_starts_from_its_class_and_its_own_traffic_outweighs_that() {
         let first = serve(&mut learner, &rag, &truths(0.85), 2, &mut rng);
         cold_hits += first.iter().filter(|&&s| s == StrategyKind::Suffix).count();
 
-        // The seed is one request's worth of evidence, not the class's whole history.
+        // The class prior is one request's worth of evidence, not the class's whole history.
         let c = tenant_route("c", code);
         learner.choose(&c, &limits(), &IDLE, &mut rng);
         let arms = learner.arms(&c);
         let suffix = arms.iter().find(|(s, _)| *s == StrategyKind::Suffix);
-        let (_, arm) = suffix.expect("seeded from the class");
+        let (_, arm) = suffix.expect("a prior from the class");
         assert!(arm.accepted + arm.rejected <= 22.0 + 1e-9, "{arm:?}");
         assert!(
             arm.mean_alpha() > 0.7,
@@ -359,7 +359,11 @@ fn a_new_tenant_starts_from_its_class_and_its_own_traffic_outweighs_that() {
         overridden += usize::from(suffix_late.count() <= 2);
     }
     let n = 2 * seeds as usize;
-    eprintln!("suffix first: {warm_hits} of {n} seeded, {cold_hits} of {n} cold");
+    eprintln!("suffix first: {warm_hits} of {n} new, {early_hits} of {n} existing, {cold_hits} of {n} cold");
+    assert!(
+        early_hits * 10 >= n * 9,
+        "existing route: suffix in {early_hits} of {n}"
+    );
     assert!(
         warm_hits * 10 >= n * 9,
         "seeded: suffix in {warm_hits} of {n}"
