@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::prompts::load_prompt_sets;
+use crate::prompts::{load_prompt_sets, PromptSet};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadgenError {
@@ -260,11 +260,13 @@ fn summarise(
     }
 }
 
-/// Every level with speculation on, then off; a row for all classes and one per class.
 /// The prompt sets as one list of (class, prompt), classes interleaved so every level sees
 /// the same mix.
 pub(crate) fn prompt_mix(dir: &Path) -> Result<Vec<(String, String)>, LoadgenError> {
-    let sets = load_prompt_sets(dir)?;
+    interleave(&load_prompt_sets(dir)?)
+}
+
+fn interleave(sets: &[PromptSet]) -> Result<Vec<(String, String)>, LoadgenError> {
     let longest = sets.iter().map(|s| s.prompts.len()).max().unwrap_or(0);
     let mix: Vec<(String, String)> = (0..longest)
         .flat_map(|i| {
@@ -278,6 +280,7 @@ pub(crate) fn prompt_mix(dir: &Path) -> Result<Vec<(String, String)>, LoadgenErr
     Ok(mix)
 }
 
+/// Every level with speculation on, then off; a row for all classes and one per class.
 /// With `admin_token`, every (level, repeat, mode) runs as a new tenant: the same prompts
 /// recur across levels and repeats, and a tenant's suffix cache would draft a recurring
 /// prompt's earlier answer back, flattering speculation. Without one, all share `cfg.key`
@@ -288,7 +291,7 @@ pub fn loadgen(
     log: &mut dyn std::io::Write,
 ) -> Result<Vec<LevelReport>, LoadgenError> {
     let sets = load_prompt_sets(&cfg.prompt_dir)?;
-    let mix = prompt_mix(&cfg.prompt_dir)?;
+    let mix = interleave(&sets)?;
     let recurs = cfg.repeats > 1 || cfg.concurrency.len() > 1 || cfg.requests > mix.len();
     if admin_token.is_none() && recurs {
         writeln!(

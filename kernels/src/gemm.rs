@@ -144,6 +144,21 @@ pub mod x86 {
         }
     }
 
+    /// Prefetch blocks `at` and `at + 1` of group `g`: weights and scales (any block index:
+    /// past the group's end lie the next group's).
+    #[inline(always)]
+    unsafe fn prefetch_blocks<const F: u8>(g: &GroupView, at: usize) {
+        let (segs, scales) = (segments(F), if F == Q6_K { 2 } else { 1 });
+        prefetch(
+            g.qs.as_ptr().wrapping_add(at * segs * GROUP * 4),
+            2 * segs * GROUP * 4,
+        );
+        prefetch_scales(g.d, at * scales * GROUP, 2 * scales * GROUP);
+        if F == Q4_1 {
+            prefetch_scales(g.m, at * GROUP, 2 * GROUP);
+        }
+    }
+
     /// Prefetch the scales of `n` features from `at`.
     #[inline(always)]
     unsafe fn prefetch_scales(s: Scales, at: usize, n: usize) {
@@ -187,12 +202,7 @@ pub mod x86 {
             if r0 == 0 && b % 2 == 0 {
                 // As in the 256-bit kernels: without it an 8-row call on streamed weights
                 // ran at 64% of its rate on cached ones (Zen 5, `kernel_rate`).
-                let ahead = (b + PF512) * segs * GROUP * 4;
-                prefetch(g.qs.as_ptr().wrapping_add(ahead), 2 * segs * GROUP * 4);
-                prefetch_scales(g.d, (b + PF512) * scales * GROUP, 2 * scales * GROUP);
-                if F == Q4_1 {
-                    prefetch_scales(g.m, (b + PF512) * GROUP, 2 * GROUP);
-                }
+                prefetch_blocks::<F>(g, b + PF512);
             }
             let qs = g.qs.as_ptr().add(b * segs * GROUP * 4);
             let mut w = [_mm512_setzero_si512(); 8];
@@ -219,63 +229,30 @@ pub mod x86 {
             } else {
                 _mm512_setzero_ps()
             };
-            if F != Q6_K {
-                // Segment by segment across the rows: R independent chains of dot
-                // instructions, where row by row gave two chains of four per row and ran
-                // at latency (the row loop was not unrolled).
-                let mut lo = [_mm512_setzero_si512(); R];
-                let mut hi = [_mm512_setzero_si512(); R];
-                let ys: [*const i8; R] =
-                    std::array::from_fn(|t| a.qs.as_ptr().add(((r0 + t) * nb + b) * QK));
-                // Few rows: two chains per row (halves of the block), else too few in flight.
-                let split = R < 6;
-                for (c, &wc) in w.iter().enumerate() {
-                    for t in 0..R {
-                        let s = if split && c >= 4 {
-                            &mut hi[t]
-                        } else {
-                            &mut lo[t]
-                        };
-                        *s = _mm512_dpbusd_epi32(*s, wc, _mm512_set1_epi32(chunk(ys[t], c)));
-                    }
-                }
+            // Segment by segment across the rows: independent chains of dot instructions,
+            // where row by row gave two chains of four per row and ran at latency (the row
+            // loop was not unrolled). Few rows, and Q6_K (a scale per half), keep the halves
+            // of the block in separate chains; else one chain per row.
+            let split = R < 6 || F == Q6_K;
+            let mut lo = [_mm512_setzero_si512(); R];
+            let mut hi = [_mm512_setzero_si512(); R];
+            let ys: [*const i8; R] =
+                std::array::from_fn(|t| a.qs.as_ptr().add(((r0 + t) * nb + b) * QK));
+            for (c, &wc) in w.iter().enumerate() {
                 for t in 0..R {
-                    let isum = if split {
-                        _mm512_add_epi32(lo[t], hi[t])
+                    let s = if split && c >= 4 {
+                        &mut hi[t]
                     } else {
-                        lo[t]
+                        &mut lo[t]
                     };
-                    let i = (r0 + t) * nb + b;
-                    let offset = match F {
-                        Q4_0 => 8,
-                        Q8_0 => 128,
-                        _ => 0,
-                    };
-                    let isum = if offset != 0 {
-                        _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum(i)))
-                    } else {
-                        isum
-                    };
-                    let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
-                    acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
-                    if F == Q4_1 {
-                        let s = _mm512_set1_ps(*a.s.get_unchecked(i));
-                        ms[t] = _mm512_fmadd_ps(wm, s, ms[t]);
-                    }
+                    *s = _mm512_dpbusd_epi32(*s, wc, _mm512_set1_epi32(chunk(ys[t], c)));
                 }
-                continue;
             }
             for t in 0..R {
                 let i = (r0 + t) * nb + b;
-                let y = a.qs.as_ptr().add(i * QK);
-                let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                for c in 0..4 {
-                    s0 = _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(chunk(y, c)));
-                    s1 = _mm512_dpbusd_epi32(s1, w[c + 4], _mm512_set1_epi32(chunk(y, c + 4)));
-                }
                 if F == Q6_K {
                     let ad = _mm512_set1_ps(*a.d.get_unchecked(i));
-                    for (h, (s, wd)) in [(s0, wd), (s1, wd2)].into_iter().enumerate() {
+                    for (h, (s, wd)) in [(lo[t], wd), (hi[t], wd2)].into_iter().enumerate() {
                         let o = _mm512_set1_epi32(32 * *a.sums16.get_unchecked(2 * i + h));
                         let isum = _mm512_sub_epi32(s, o);
                         let dd = _mm512_mul_ps(wd, ad);
@@ -283,15 +260,18 @@ pub mod x86 {
                     }
                     continue;
                 }
-                let mut isum = _mm512_add_epi32(s0, s1);
+                let mut isum = if split {
+                    _mm512_add_epi32(lo[t], hi[t])
+                } else {
+                    lo[t]
+                };
                 let offset = match F {
                     Q4_0 => 8,
                     Q8_0 => 128,
                     _ => 0,
                 };
                 if offset != 0 {
-                    let o = _mm512_set1_epi32(offset * a.sum(i));
-                    isum = _mm512_sub_epi32(isum, o);
+                    isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum(i)));
                 }
                 let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
                 acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
@@ -339,12 +319,7 @@ pub mod x86 {
                             // Two blocks' weights and scales, PF blocks ahead (past the
                             // group's end: the next group's, which follow it); later row
                             // tiles of the group find them cached.
-                            let ahead = (b + PF) * segs * GROUP * 4;
-                            prefetch(g.qs.as_ptr().wrapping_add(ahead), 2 * segs * GROUP * 4);
-                            prefetch_scales(g.d, (b + PF) * scales * GROUP, 2 * scales * GROUP);
-                            if F == Q4_1 {
-                                prefetch_scales(g.m, (b + PF) * GROUP, 2 * GROUP);
-                            }
+                            prefetch_blocks::<F>(g, b + PF);
                         }
                         let qs = g.qs.as_ptr().add(b * segs * GROUP * 4 + h * 32);
                         let mut w = [_mm256_setzero_si256(); 8];

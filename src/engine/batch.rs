@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use specgate_policies::{k_under_load, LoadView};
+use specgate_policies::k_under_load;
 
 use super::{Command, EngineConfig, EngineStatus, Event, RequestId, Submission, Summary};
 use crate::generate::GenerateError;
@@ -305,11 +305,7 @@ impl Engine {
             self.config.max_sequences,
         );
         // What a verify row costs in this step: every live sequence's tokens share it.
-        let row_cost = LoadView {
-            sequences: self.live.len(),
-            step: self.status.step_fit(self.live.len()),
-        }
-        .row_cost() as f32;
+        let row_cost = self.status.load_view(self.live.len()).row_cost() as f32;
         metrics::gauge!("specgate_verify_row_cost").set(f64::from(row_cost));
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);

@@ -146,6 +146,14 @@ impl EngineStatus {
     pub fn step_fit(&self, sequences: usize) -> Option<(f64, f64)> {
         self.step_costs.lock().ok()?.fit_for(sequences)
     }
+
+    /// The cost model's view of `sequences` sharing the engine.
+    pub fn load_view(&self, sequences: usize) -> specgate_policies::LoadView {
+        specgate_policies::LoadView {
+            sequences,
+            step: self.step_fit(sequences),
+        }
+    }
 }
 
 /// Occupancy: busy sequences (live and waiting) over the batch slots.

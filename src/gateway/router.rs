@@ -83,10 +83,7 @@ impl Router {
             .live
             .load(Ordering::Relaxed)
             .saturating_add(status.queued.load(Ordering::Relaxed));
-        LoadView {
-            sequences: busy + 1,
-            step: status.step_fit(busy + 1),
-        }
+        status.load_view(busy + 1)
     }
 }
 

@@ -66,34 +66,34 @@ pub unsafe fn block_scores(
     (stride, at): (usize, usize),
 ) {
     let queries = q16.len() / HEAD;
-    let key = kbuf.as_ptr();
-    let mut i = 0;
-    while i + 2 <= queries {
-        let (qa, qb) = (q16.as_ptr().add(i * HEAD), q16.as_ptr().add((i + 1) * HEAD));
-        let (mut a, mut b) = ([_mm512_setzero_ps(); 4], [_mm512_setzero_ps(); 4]);
-        for c in 0..CHUNKS {
-            let (xa, xb) = (both_halves(qa, c), both_halves(qb, c));
-            for j in 0..4 {
-                let k = _mm512_loadu_ps(key.add((j * CHUNKS + c) * 16));
-                a[j] = _mm512_fmadd_ps(xa, k, a[j]);
-                b[j] = _mm512_fmadd_ps(xb, k, b[j]);
+    let pairs = queries / 2 * 2;
+    for i in (0..pairs).step_by(2) {
+        let sums = dots::<2>(q16.as_ptr().add(i * HEAD), kbuf.as_ptr());
+        for (j, s) in sums.iter().enumerate() {
+            put(&mut scores[(i + j) * stride + at..][..n], &key_sums(s));
+        }
+    }
+    if pairs < queries {
+        let [s] = dots::<1>(q16.as_ptr().add(pairs * HEAD), kbuf.as_ptr());
+        put(&mut scores[pairs * stride + at..][..n], &key_sums(&s));
+    }
+}
+
+/// Q consecutive queries (from `q`) against the 8 widened keys at `key`: per query, four
+/// registers of key-pair lanes. Every key load serves all Q queries.
+#[inline(always)]
+unsafe fn dots<const Q: usize>(q: *const f32, key: *const f32) -> [[__m512; 4]; Q] {
+    let mut acc = [[_mm512_setzero_ps(); 4]; Q];
+    for c in 0..CHUNKS {
+        let x: [__m512; Q] = std::array::from_fn(|i| both_halves(q.add(i * HEAD), c));
+        for j in 0..4 {
+            let k = _mm512_loadu_ps(key.add((j * CHUNKS + c) * 16));
+            for (a, &x) in acc.iter_mut().zip(&x) {
+                a[j] = _mm512_fmadd_ps(x, k, a[j]);
             }
         }
-        put(&mut scores[i * stride + at..][..n], &key_sums(&a));
-        put(&mut scores[(i + 1) * stride + at..][..n], &key_sums(&b));
-        i += 2;
     }
-    if i < queries {
-        let q = q16.as_ptr().add(i * HEAD);
-        let mut a = [_mm512_setzero_ps(); 4];
-        for c in 0..CHUNKS {
-            let x = both_halves(q, c);
-            for (j, a) in a.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(key.add((j * CHUNKS + c) * 16)), *a);
-            }
-        }
-        put(&mut scores[i * stride + at..][..n], &key_sums(&a));
-    }
+    acc
 }
 
 /// [`super::x86::block_values`] for 64-wide heads (`vbuf`: [n][64], as `widen_block` gives).
@@ -106,37 +106,42 @@ pub unsafe fn block_values(
     out: &mut [f32],
 ) {
     let queries = out.len() / HEAD;
-    let o = out.as_mut_ptr();
-    let vals = vbuf.as_ptr();
-    let mut i = 0;
-    while i + 2 <= queries {
-        let (wa, wb) = (
-            &weights[i * stride + at..][..n],
-            &weights[(i + 1) * stride + at..][..n],
+    let pairs = queries / 2 * 2;
+    let w = |i: usize| weights[i * stride + at..][..n].as_ptr();
+    for i in (0..pairs).step_by(2) {
+        weighted::<2>(
+            vbuf.as_ptr(),
+            n,
+            [w(i), w(i + 1)],
+            out.as_mut_ptr().add(i * HEAD),
         );
-        let (mut a, mut b) = (load4(o.add(i * HEAD)), load4(o.add((i + 1) * HEAD)));
-        for p in 0..n {
-            let (xa, xb) = (_mm512_set1_ps(wa[p]), _mm512_set1_ps(wb[p]));
-            for c in 0..4 {
-                let v = _mm512_loadu_ps(vals.add(p * HEAD + c * 16));
-                a[c] = _mm512_fmadd_ps(xa, v, a[c]);
-                b[c] = _mm512_fmadd_ps(xb, v, b[c]);
-            }
-        }
-        store4(o.add(i * HEAD), a);
-        store4(o.add((i + 1) * HEAD), b);
-        i += 2;
     }
-    if i < queries {
-        let w = &weights[i * stride + at..][..n];
-        let mut a = load4(o.add(i * HEAD));
-        for (p, &wp) in w.iter().enumerate() {
-            let x = _mm512_set1_ps(wp);
-            for (c, a) in a.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(vals.add(p * HEAD + c * 16)), *a);
+    if pairs < queries {
+        weighted::<1>(
+            vbuf.as_ptr(),
+            n,
+            [w(pairs)],
+            out.as_mut_ptr().add(pairs * HEAD),
+        );
+    }
+}
+
+/// `out_i += Σ_p w_i[p] · vals[p]` for Q consecutive outputs at `out`, positions in order;
+/// every value load serves all Q outputs.
+#[inline(always)]
+unsafe fn weighted<const Q: usize>(vals: *const f32, n: usize, w: [*const f32; Q], out: *mut f32) {
+    let mut acc: [[__m512; 4]; Q] = std::array::from_fn(|i| load4(out.add(i * HEAD)));
+    for p in 0..n {
+        let x: [__m512; Q] = std::array::from_fn(|i| _mm512_set1_ps(*w[i].add(p)));
+        for c in 0..4 {
+            let v = _mm512_loadu_ps(vals.add(p * HEAD + c * 16));
+            for (a, &x) in acc.iter_mut().zip(&x) {
+                a[c] = _mm512_fmadd_ps(x, v, a[c]);
             }
         }
-        store4(o.add(i * HEAD), a);
+    }
+    for (i, a) in acc.into_iter().enumerate() {
+        store4(out.add(i * HEAD), a);
     }
 }
 
