@@ -1,6 +1,7 @@
 //! `specgate bench spec`: every prompt set × strategy × k against plain decoding, runs
-//! interleaved per prompt so machine drift hits all alike. Reports tokens/s, the median
-//! per-prompt speed-up over plain, α, tokens per target pass, c (one draft step's cost
+//! interleaved per prompt so machine drift hits all alike, `repeats` times. Reports tokens/s,
+//! the median per-prompt speed-up over plain, the median per-repeat speed-up of the set's
+//! tokens/s, α, tokens per target pass, c (one draft step's cost
 //! relative to one plain target pass) and the formula's prediction
 //! (1 − α^(k+1)) / ((1 − α)(k·c + 1)).
 
@@ -70,6 +71,10 @@ pub struct SpecBenchConfig {
     pub sampling: SamplingParams,
     /// A fixed verify-row price for the speculative runs (None: each run fits its own).
     pub row_cost: Option<f32>,
+    /// Prompt sets to run (empty: all of them).
+    pub sets: Vec<String>,
+    /// Runs of every set, each with fresh drafters and caches.
+    pub repeats: usize,
 }
 
 /// One row of the table.
@@ -80,7 +85,11 @@ pub struct SpecRow {
     pub k: KChoice,
     pub tokens_per_second: f64,
     pub plain_tokens_per_second: f64,
+    /// The median over prompts of each prompt's speed-up: what a typical request gains.
     pub speedup_median: f64,
+    /// The median over repeats of the set's tokens/s over plain's: what throughput on the
+    /// set gains.
+    pub set_speedup_median: f64,
     pub alpha: f64,
     pub acceptance_rate: f64,
     pub tokens_per_pass: f64,
@@ -104,24 +113,24 @@ struct Cell {
     stats: SpecStats,
     tokens: usize,
     seconds: f64,
+    /// Per prompt: its tokens/s over plain's on the same prompt.
     ratios: Vec<f64>,
+    /// Per repeat: the set's tokens/s over plain's on the set.
+    set_ratios: Vec<f64>,
 }
 
-pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<Vec<SpecRow>> {
-    let mut lm = LoadedModel::load(&cfg.model)?;
-    let sets = load_prompt_sets(&cfg.prompt_dir)?;
-    let dcfg = DrafterConfig {
-        target_path: cfg.model.clone(),
-        draft_model: cfg.draft_model.clone(),
-        exit_layer: cfg.exit_layer,
-        suffix_cache: None,
-        seed: 0,
-        medusa_heads: cfg.medusa_heads.clone(),
-    };
-    // Model drafters load weights once and serve every k. Suffix drafters get one cache per
-    // k: a shared cache would hold this very prompt's output from the previous k's run and
-    // report acceptance no real traffic sees.
-    let mut drafters: Vec<(StrategyKind, Vec<crate::strategy::BoxedDrafter>)> = Vec::new();
+type BuiltDrafters = Vec<(StrategyKind, Vec<crate::strategy::BoxedDrafter>)>;
+
+/// Every strategy's drafters: model drafters once (they serve every k), suffix drafters one
+/// per k with a fresh cache. A cache shared across k, or kept from an earlier repeat, would
+/// hold this very prompt's output from the previous run and report acceptance no real
+/// traffic sees.
+fn build_drafters(
+    cfg: &SpecBenchConfig,
+    dcfg: &DrafterConfig,
+    lm: &LoadedModel,
+) -> anyhow::Result<BuiltDrafters> {
+    let mut drafters = Vec::new();
     for &kind in &cfg.strategies {
         let copies = if kind.uses_suffix_cache() {
             cfg.ks.len()
@@ -141,6 +150,24 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         }
         drafters.push((kind, built));
     }
+    Ok(drafters)
+}
+
+pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<Vec<SpecRow>> {
+    let mut lm = LoadedModel::load(&cfg.model)?;
+    let sets: Vec<_> = load_prompt_sets(&cfg.prompt_dir)?
+        .into_iter()
+        .filter(|s| cfg.sets.is_empty() || cfg.sets.contains(&s.name))
+        .filter(|s| !s.prompts.is_empty() && cfg.prompts_per_set > 0)
+        .collect();
+    let dcfg = DrafterConfig {
+        target_path: cfg.model.clone(),
+        draft_model: cfg.draft_model.clone(),
+        exit_layer: cfg.exit_layer,
+        suffix_cache: None,
+        seed: 0,
+        medusa_heads: cfg.medusa_heads.clone(),
+    };
     let params = |k: KChoice| GenerateParams {
         max_tokens: cfg.max_tokens,
         sampling: cfg.sampling,
@@ -152,89 +179,134 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
     };
     let mut rows = Vec::new();
     for set in &sets {
-        let mut cells: Vec<Vec<Cell>> = drafters
-            .iter()
-            .map(|_| cfg.ks.iter().map(|_| Cell::default()).collect())
-            .collect();
+        let grid = |_| -> Vec<Vec<Cell>> {
+            cfg.strategies
+                .iter()
+                .map(|_| cfg.ks.iter().map(|_| Cell::default()).collect())
+                .collect()
+        };
+        let mut cells = grid(());
         let (mut plain_tokens, mut plain_seconds) = (0usize, 0f64);
-        for (n, prompt) in set.prompts.iter().take(cfg.prompts_per_set).enumerate() {
-            let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)])?;
-            let ids = lm.tokenizer.encode(&text)?;
-            let plain = generate(
-                &mut lm.model,
-                &lm.tokenizer,
-                &ids,
-                &params(KChoice::Fixed(0)),
-                &mut *StrategyKind::Plain.build(&dcfg, &lm.tokenizer)?,
-                |_| {},
-            )?;
-            plain_tokens += plain.generated_tokens;
-            plain_seconds += plain.decode_time.as_secs_f64();
-            for (d, (_, built)) in drafters.iter_mut().enumerate() {
-                for (j, &k) in cfg.ks.iter().enumerate() {
-                    let idx = j.min(built.len() - 1);
-                    let drafter = &mut built[idx];
-                    let o = generate(
-                        &mut lm.model,
-                        &lm.tokenizer,
-                        &ids,
-                        &params(k),
-                        drafter.as_mut(),
-                        |_| {},
-                    )?;
-                    let cell = &mut cells[d][j];
-                    merge(&mut cell.stats, &o.stats);
-                    cell.tokens += o.generated_tokens;
-                    cell.seconds += o.decode_time.as_secs_f64();
-                    cell.ratios.push(decode_tps(&o) / decode_tps(&plain));
+        for repeat in 0..cfg.repeats.max(1) {
+            let mut drafters = build_drafters(cfg, &dcfg, &lm)?;
+            // This repeat's totals: its set-level speed-ups.
+            let mut this = grid(());
+            let (mut this_tokens, mut this_seconds) = (0usize, 0f64);
+            for (n, prompt) in set.prompts.iter().take(cfg.prompts_per_set).enumerate() {
+                let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)])?;
+                let ids = lm.tokenizer.encode(&text)?;
+                let plain = generate(
+                    &mut lm.model,
+                    &lm.tokenizer,
+                    &ids,
+                    &params(KChoice::Fixed(0)),
+                    &mut *StrategyKind::Plain.build(&dcfg, &lm.tokenizer)?,
+                    |_| {},
+                )?;
+                this_tokens += plain.generated_tokens;
+                this_seconds += plain.decode_time.as_secs_f64();
+                for (d, (_, built)) in drafters.iter_mut().enumerate() {
+                    for (j, &k) in cfg.ks.iter().enumerate() {
+                        let idx = j.min(built.len() - 1);
+                        let o = generate(
+                            &mut lm.model,
+                            &lm.tokenizer,
+                            &ids,
+                            &params(k),
+                            built[idx].as_mut(),
+                            |_| {},
+                        )?;
+                        this[d][j].add(&o, decode_tps(&o) / decode_tps(&plain));
+                    }
                 }
+                writeln!(
+                    out,
+                    "{} repeat {repeat} prompt {n}: plain {:.1} tok/s",
+                    set.name,
+                    decode_tps(&plain)
+                )?;
             }
-            writeln!(
-                out,
-                "{} prompt {n}: plain {:.1} tok/s",
-                set.name,
-                decode_tps(&plain)
-            )?;
+            let this_plain = this_tokens as f64 / this_seconds.max(1e-9);
+            for (into, rep) in cells.iter_mut().flatten().zip(this.iter().flatten()) {
+                into.absorb(rep, rep.tokens_per_second() / this_plain);
+            }
+            plain_tokens += this_tokens;
+            plain_seconds += this_seconds;
         }
         let plain_tps = plain_tokens as f64 / plain_seconds.max(1e-9);
         // Seconds of one plain target pass, the unit of c.
         let pass = plain_seconds / plain_tokens.max(1) as f64;
-        for (d, (kind, _)) in drafters.iter().enumerate() {
+        for (d, kind) in cfg.strategies.iter().enumerate() {
             for (j, &k) in cfg.ks.iter().enumerate() {
-                let cell = &cells[d][j];
-                let s = &cell.stats;
-                let v = s.verify_time.as_secs_f64() / s.rounds.max(1) as f64 / pass;
-                let c = if s.drafted == 0 {
-                    0.0
-                } else {
-                    s.draft_time.as_secs_f64() / s.drafted as f64 / pass
-                };
-                // Drafts per round actually made (an adaptive k varies; lookups may find fewer).
-                let mean_k = s.drafted as f64 / s.rounds.max(1) as f64;
-                rows.push(SpecRow {
-                    set: set.name.clone(),
-                    strategy: *kind,
-                    k,
-                    tokens_per_second: cell.tokens as f64 / cell.seconds.max(1e-9),
-                    plain_tokens_per_second: plain_tps,
-                    speedup_median: median(&cell.ratios),
-                    alpha: s.alpha(),
-                    acceptance_rate: s.acceptance_rate(),
-                    tokens_per_pass: s.tokens_per_pass(),
-                    c,
-                    predicted_speedup: predicted_speedup(s.alpha(), k.max(), c),
-                    verify_cost: v,
-                    predicted_with_verify_cost: s.tokens_per_pass() / (mean_k * c + v),
-                    accepted_per_position: s
-                        .accepted_per_pos
-                        .iter()
-                        .map(|&a| a as f64 / s.rounds.max(1) as f64)
-                        .collect(),
-                });
+                rows.push(cells[d][j].row(set.name.clone(), *kind, k, plain_tps, pass));
             }
         }
     }
     Ok(rows)
+}
+
+impl Cell {
+    /// One prompt's run, at `ratio` times plain's tokens/s.
+    fn add(&mut self, o: &GenerateOutput, ratio: f64) {
+        merge(&mut self.stats, &o.stats);
+        self.tokens += o.generated_tokens;
+        self.seconds += o.decode_time.as_secs_f64();
+        self.ratios.push(ratio);
+    }
+
+    /// A repeat's cell, whose set ran at `set_ratio` times plain's tokens/s.
+    fn absorb(&mut self, rep: &Cell, set_ratio: f64) {
+        merge(&mut self.stats, &rep.stats);
+        self.tokens += rep.tokens;
+        self.seconds += rep.seconds;
+        self.ratios.extend_from_slice(&rep.ratios);
+        self.set_ratios.push(set_ratio);
+    }
+
+    fn tokens_per_second(&self) -> f64 {
+        self.tokens as f64 / self.seconds.max(1e-9)
+    }
+
+    /// The table row; `pass` is one plain target pass in seconds.
+    fn row(
+        &self,
+        set: String,
+        strategy: StrategyKind,
+        k: KChoice,
+        plain: f64,
+        pass: f64,
+    ) -> SpecRow {
+        let s = &self.stats;
+        let v = s.verify_time.as_secs_f64() / s.rounds.max(1) as f64 / pass;
+        let c = if s.drafted == 0 {
+            0.0
+        } else {
+            s.draft_time.as_secs_f64() / s.drafted as f64 / pass
+        };
+        // Drafts per round actually made (an adaptive k varies; lookups may find fewer).
+        let mean_k = s.drafted as f64 / s.rounds.max(1) as f64;
+        SpecRow {
+            set,
+            strategy,
+            k,
+            tokens_per_second: self.tokens_per_second(),
+            plain_tokens_per_second: plain,
+            speedup_median: median(&self.ratios),
+            set_speedup_median: median(&self.set_ratios),
+            alpha: s.alpha(),
+            acceptance_rate: s.acceptance_rate(),
+            tokens_per_pass: s.tokens_per_pass(),
+            c,
+            predicted_speedup: predicted_speedup(s.alpha(), k.max(), c),
+            verify_cost: v,
+            predicted_with_verify_cost: s.tokens_per_pass() / (mean_k * c + v),
+            accepted_per_position: s
+                .accepted_per_pos
+                .iter()
+                .map(|&a| a as f64 / s.rounds.max(1) as f64)
+                .collect(),
+        }
+    }
 }
 
 fn merge(into: &mut SpecStats, s: &SpecStats) {
@@ -254,13 +326,14 @@ fn merge(into: &mut SpecStats, s: &SpecStats) {
     }
 }
 
-const HEADER: [&str; 14] = [
+const HEADER: [&str; 15] = [
     "set",
     "strategy",
     "k",
     "tok/s",
     "plain tok/s",
     "speed-up (median)",
+    "set speed-up (median)",
     "alpha",
     "acceptance",
     "tokens/pass",
@@ -279,6 +352,7 @@ fn cells(r: &SpecRow) -> Vec<String> {
         format!("{:.1}", r.tokens_per_second),
         format!("{:.1}", r.plain_tokens_per_second),
         format!("{:.2}", r.speedup_median),
+        format!("{:.2}", r.set_speedup_median),
         format!("{:.3}", r.alpha),
         format!("{:.3}", r.acceptance_rate),
         format!("{:.3}", r.tokens_per_pass),

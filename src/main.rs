@@ -108,10 +108,29 @@ enum BenchCommand {
         /// rows were free, as on an idle GPU; Medusa trees then take their whole budget).
         #[arg(long, value_parser = row_cost_arg)]
         row_cost: Option<f32>,
+        /// Comma-separated prompt sets to run (default: all of them).
+        #[arg(long, value_delimiter = ',', value_parser = set_arg)]
+        sets: Vec<String>,
+        /// Runs of every set, each with fresh drafters and suffix caches; speed-ups are
+        /// medians over prompts and over repeats.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeats: u32,
         /// Where spec.md and spec.csv go (git-ignored).
         #[arg(long, default_value = "results")]
         out: PathBuf,
     },
+}
+
+fn set_arg(s: &str) -> Result<String, String> {
+    let known = specgate::prompts::SET_NAMES;
+    if known.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "unknown prompt set {s:?} (known: {})",
+            known.join(", ")
+        ))
+    }
 }
 
 #[derive(Args)]
@@ -323,6 +342,8 @@ fn run() -> Result<()> {
                     exit_layer,
                     temperature,
                     row_cost,
+                    sets,
+                    repeats,
                     out,
                 },
         } => {
@@ -362,6 +383,8 @@ fn run() -> Result<()> {
                     ..SamplingParams::greedy()
                 },
                 row_cost,
+                sets,
+                repeats: repeats as usize,
             };
             let rows = specgate::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
             println!("{}", specgate::bench_spec::markdown(&rows));

@@ -225,3 +225,58 @@ fn strategy_errors_are_clear() {
         "--draft-model",
     );
 }
+
+#[test]
+fn bench_spec_runs_the_chosen_sets_and_reports_both_speed_ups() {
+    let model = common::model_path();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_str().unwrap();
+    let (code, stdout, stderr) = specgate(&[
+        "bench",
+        "spec",
+        "--model",
+        model.to_str().unwrap(),
+        "--sets",
+        "code_edit",
+        "--strategies",
+        "suffix",
+        "--k",
+        "4",
+        "--prompts-per-set",
+        "2",
+        "--max-tokens",
+        "24",
+        "--repeats",
+        "2",
+        "--out",
+        out,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Two repeats of two prompts each, and only the chosen set.
+    assert_eq!(
+        stderr.matches("code_edit repeat 1 prompt").count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("rag "), "{stderr}");
+    let csv = std::fs::read_to_string(dir.path().join("spec.csv")).expect("spec.csv");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 1, "one set × one strategy × one k: {csv}");
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let row = &rows[0];
+    assert_eq!(
+        (row[col("set")], row[col("strategy")]),
+        ("code_edit", "suffix")
+    );
+    for name in ["speed-up (median)", "set speed-up (median)", "tokens/pass"] {
+        let v: f64 = row[col(name)].parse().expect(name);
+        assert!(v.is_finite() && v > 0.0, "{name} = {v}");
+    }
+    assert!(stdout.contains("| code_edit | suffix | 4 |"), "{stdout}");
+    // A set nobody ships is a usage error naming the known ones.
+    let (code, _, stderr) = specgate(&["bench", "spec", "--sets", "poetry"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("known: code_edit"), "{stderr}");
+}
