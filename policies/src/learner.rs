@@ -163,65 +163,11 @@ impl Learner {
             state.incumbent = None;
             return SpecPlan::PLAIN;
         }
-        // A fixed k is the admin's choice: plain decoding competes only when the policy allows
-        // it by name (load still shrinks k in the engine). Otherwise plain is always a
-        // candidate, so nothing runs that is not expected to win.
-        let fixed = limits.k_min == limits.k_max
-            && !limits.allowed.contains(&StrategyKind::Plain)
-            && limits.allowed.iter().any(|s| *s != StrategyKind::Plain);
-        let mut candidates: Vec<((StrategyKind, usize), f64)> = if fixed {
-            Vec::new()
-        } else {
-            vec![((StrategyKind::Plain, 0), 1.0)]
-        };
-        for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
-            let own = state.arms.get(&s).copied().unwrap_or_default();
-            let arm = own.over(pool.and_then(|p| p.get(&s)), CLASS_PRIOR);
-            let alpha = if limits.explore {
-                arm.draw(rng)
-            } else {
-                arm.mean_alpha()
-            };
-            let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
-            let (k, v) = best_k(alpha, c, load, limits.k_min, limits.k_max);
-            if k > 0 {
-                candidates.push(((s, k), v));
-            }
-        }
-        let Some(&first) = candidates.first() else {
-            state.incumbent = None;
-            return SpecPlan::PLAIN;
-        };
-        let best = candidates
-            .iter()
-            .copied()
-            .fold(first, |b, x| if x.1 > b.1 { x } else { b });
-        let keep = state.incumbent.and_then(|inc| {
-            candidates
-                .iter()
-                .find(|c| c.0 .0 == inc.0)
-                .filter(|c| c.1 * HYSTERESIS >= best.1)
-                .copied()
-        });
-        let ((strategy, k), _) = keep.unwrap_or(best);
-        state.incumbent = Some((strategy, k));
-        if strategy == StrategyKind::Plain {
-            return SpecPlan::PLAIN;
-        }
-        if strategy.prices_own_drafts() {
-            // Its drafter stops each draft where the next token no longer pays for its row,
-            // so the route's bound is only a cap (k from a constant-α model cut suffix code
-            // edits from 1.9 to 1.6 tokens per pass).
-            return SpecPlan {
-                strategy,
-                k: limits.k_max.min(K_LIMIT),
-                adaptive: false,
-            };
-        }
-        SpecPlan {
-            strategy,
-            k,
-            adaptive: true,
+        let candidates = candidates(&state.arms, pool, limits, load, rng);
+        state.incumbent = pick(state.incumbent, &candidates);
+        match state.incumbent {
+            Some((strategy, k)) => plan(strategy, k, limits),
+            None => SpecPlan::PLAIN,
         }
     }
 
@@ -245,6 +191,85 @@ impl Learner {
                 (*s, arm.over(pool.get(s), CLASS_PRIOR))
             })
             .collect()
+    }
+}
+
+/// Every choice the route may make now, with its expected value at this load: each allowed
+/// strategy at its best k for an α drawn from its arm (its mean when exploration is off),
+/// and plain decoding (value 1).
+fn candidates(
+    arms: &Arms,
+    pool: Option<&Arms>,
+    limits: &Constraints,
+    load: &LoadView,
+    rng: &mut impl Rng,
+) -> Vec<((StrategyKind, usize), f64)> {
+    // A fixed k is the admin's choice: plain decoding competes only when the policy allows
+    // it by name (load still shrinks k in the engine). Otherwise plain is always a
+    // candidate, so nothing runs that is not expected to win.
+    let fixed = limits.k_min == limits.k_max
+        && !limits.allowed.contains(&StrategyKind::Plain)
+        && limits.allowed.iter().any(|s| *s != StrategyKind::Plain);
+    let mut candidates = if fixed {
+        Vec::new()
+    } else {
+        vec![((StrategyKind::Plain, 0), 1.0)]
+    };
+    for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
+        let own = arms.get(&s).copied().unwrap_or_default();
+        let arm = own.over(pool.and_then(|p| p.get(&s)), CLASS_PRIOR);
+        let alpha = if limits.explore {
+            arm.draw(rng)
+        } else {
+            arm.mean_alpha()
+        };
+        let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
+        let (k, v) = best_k(alpha, c, load, limits.k_min, limits.k_max);
+        if k > 0 {
+            candidates.push(((s, k), v));
+        }
+    }
+    candidates
+}
+
+/// The best candidate, unless the incumbent strategy is within the hysteresis margin of it
+/// (then the incumbent strategy, at its best k now); None when there is no candidate.
+fn pick(
+    incumbent: Option<(StrategyKind, usize)>,
+    candidates: &[((StrategyKind, usize), f64)],
+) -> Option<(StrategyKind, usize)> {
+    let best = candidates
+        .iter()
+        .copied()
+        .reduce(|b, x| if x.1 > b.1 { x } else { b })?;
+    let keep = incumbent.and_then(|inc| {
+        candidates
+            .iter()
+            .find(|c| c.0 .0 == inc.0)
+            .filter(|c| c.1 * HYSTERESIS >= best.1)
+    });
+    Some(keep.copied().unwrap_or(best).0)
+}
+
+/// The plan for a chosen (strategy, k).
+fn plan(strategy: StrategyKind, k: usize, limits: &Constraints) -> SpecPlan {
+    if strategy == StrategyKind::Plain {
+        return SpecPlan::PLAIN;
+    }
+    if strategy.prices_own_drafts() {
+        // Its drafter stops each draft where the next token no longer pays for its row, so
+        // the route's bound is only a cap (k from a constant-α model cut suffix code edits
+        // from 1.9 to 1.6 tokens per pass).
+        return SpecPlan {
+            strategy,
+            k: limits.k_max.min(K_LIMIT),
+            adaptive: false,
+        };
+    }
+    SpecPlan {
+        strategy,
+        k,
+        adaptive: true,
     }
 }
 
