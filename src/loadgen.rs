@@ -307,15 +307,17 @@ pub fn loadgen(
         Some(t) => create_tenant(&cfg.url, t, &format!("loadgen-{run_id}-c{c}-r{r}-{mode}")),
         None => Ok(cfg.key.clone()),
     };
+    // The learner pools each class's evidence over tenants and starts new routes from it, so
+    // the measured tenants plan as a new tenant of a server that has served these classes
+    // does, while their suffix caches start empty.
+    let warmup = admin_token.is_some() && cfg.warmup > 0;
+    let first_key = key_for(0, 0, if warmup { "warmup" } else { "model" })?;
     let model = model_id(&LoadgenConfig {
-        key: key_for(0, 0, "model")?,
+        key: first_key.clone(),
         ..cfg.clone()
     })?;
-    if admin_token.is_some() && cfg.warmup > 0 {
-        // The learner pools each class's evidence over tenants and starts new routes from
-        // it, so the measured tenants plan as a new tenant of a server that has served these
-        // classes does, while their suffix caches start empty.
-        let key = key_for(0, 0, "warmup")?;
+    if warmup {
+        let key = first_key;
         for pass in 0..cfg.warmup {
             writeln!(log, "warm-up pass {}/{}", pass + 1, cfg.warmup)?;
             run_level(cfg, &key, &model, &mix, 1, mix.len(), true);
