@@ -179,18 +179,18 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
     };
     let mut rows = Vec::new();
     for set in &sets {
-        let grid = |_| -> Vec<Vec<Cell>> {
+        let grid = || -> Vec<Vec<Cell>> {
             cfg.strategies
                 .iter()
                 .map(|_| cfg.ks.iter().map(|_| Cell::default()).collect())
                 .collect()
         };
-        let mut cells = grid(());
+        let mut cells = grid();
         let (mut plain_tokens, mut plain_seconds) = (0usize, 0f64);
         for repeat in 0..cfg.repeats.max(1) {
             let mut drafters = build_drafters(cfg, &dcfg, &lm)?;
             // This repeat's totals: its set-level speed-ups.
-            let mut this = grid(());
+            let mut this = grid();
             let (mut this_tokens, mut this_seconds) = (0usize, 0f64);
             for (n, prompt) in set.prompts.iter().take(cfg.prompts_per_set).enumerate() {
                 let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)])?;
