@@ -377,3 +377,109 @@ fn a_tenant_plans_from_its_class_until_its_own_traffic_outweighs_that() {
         "own traffic won in {overridden} of {seeds}"
     );
 }
+
+/// One request of a drafter that drafts `rows` rows a round, of which a chain of up to `depth`
+/// can be accepted, each with chance α (a chain when rows = depth, a candidate tree when
+/// rows > depth); returns (tokens, time in plain steps, observation).
+fn draft_rows(
+    strategy: StrategyKind,
+    (rows, depth, alpha): (usize, usize, f64),
+    load: &LoadView,
+    rng: &mut ChaCha8Rng,
+) -> (usize, f64, Observation) {
+    let mut obs = Observation {
+        strategy,
+        rounds: 0,
+        drafted: 0,
+        accepted: 0,
+        judged: 0,
+        draft_secs: 0.0,
+        verify_secs: 0.0,
+    };
+    let (mut tokens, mut time) = (0usize, 0.0f64);
+    while tokens < TOKENS {
+        let accepted = (0..depth)
+            .take_while(|_| rng.random::<f64>() < alpha)
+            .count();
+        tokens += accepted + 1;
+        obs.rounds += 1;
+        obs.drafted += rows as u64;
+        obs.accepted += accepted as u64;
+        obs.judged += (accepted + usize::from(accepted < depth)) as u64;
+        obs.verify_secs += load.verify_cost(rows);
+        time += load.verify_cost(rows);
+    }
+    (tokens, time, obs)
+}
+
+#[test]
+fn a_drafter_that_commits_more_per_round_on_many_more_rows_loses_to_a_cheaper_chain() {
+    // Chain: 3 rows, α 0.6 → 2.18 tokens a round at v(3) = 1.39: 1.57 per plain step.
+    // Tree: 12 rows, a chain of 4 at α 0.7 inside → 2.77 tokens at v(12) = 2.57: 1.08.
+    // Judged by acceptance alone the tree looks better (0.64 against 0.54).
+    let shapes = |s: StrategyKind| {
+        if s == StrategyKind::MedusaTree {
+            (12, 4, 0.7)
+        } else {
+            (3, 3, 0.6)
+        }
+    };
+    let limits = Constraints {
+        speculation: true,
+        allowed: vec![StrategyKind::SuffixMedusa, StrategyKind::MedusaTree],
+        k_min: 1,
+        k_max: 12,
+        explore: true,
+    };
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let (mut tokens, mut time, mut late_chain) = (0usize, 0.0f64, 0);
+    let n = 300;
+    for i in 0..n {
+        let plan = learner.choose(&route(), &limits, &IDLE, &mut rng);
+        assert!(!plan.is_plain(), "both drafters beat plain decoding");
+        let (t, dt, obs) = draft_rows(plan.strategy, shapes(plan.strategy), &IDLE, &mut rng);
+        learner.observe(&route(), &obs);
+        tokens += t;
+        time += dt;
+        if i >= n - 100 && plan.strategy == StrategyKind::SuffixMedusa {
+            late_chain += 1;
+        }
+    }
+    let learned = tokens as f64 / time;
+    eprintln!(
+        "learned {learned:.3} tokens per plain step; the chain in {late_chain} of the last 100"
+    );
+    assert!(
+        late_chain >= 90,
+        "the chain in only {late_chain} of the last 100"
+    );
+    assert!(
+        learned >= 0.9 * 1.57,
+        "learned {learned:.3} against the chain's 1.57"
+    );
+}
+
+#[test]
+fn a_drafter_that_prices_its_own_tokens_is_valued_by_what_its_rounds_commit() {
+    // Suffix at α 0.4 drafts one token a round (the second would not pay for its row):
+    // 1.4 tokens at v(1) = 1.13, 1.24 per plain step, the best here; ngram (α 0.3, k = 1)
+    // and draft (α 0.6 at c 0.25) make 1.15 and 1.16. Valued as a constant-α chain at its
+    // tokens-per-round α (0.29), suffix looked worse than both.
+    let ts = truths(0.4);
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let n = 400;
+    let mut suffix = 0;
+    for _ in 0..n {
+        let plan = learner.choose(&route(), &limits(), &IDLE, &mut rng);
+        let (_, _, obs) = simulate(plan, &ts, &IDLE, &mut rng);
+        learner.observe(&route(), &obs);
+        suffix += usize::from(plan.strategy == StrategyKind::Suffix);
+    }
+    eprintln!("suffix in {suffix} of {n} requests");
+    assert!(
+        suffix >= n * 8 / 10,
+        "suffix in only {suffix} of {n} requests"
+    );
+}
