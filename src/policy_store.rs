@@ -32,6 +32,9 @@ pub struct StoredPolicy {
     pub updated_at: u64,
 }
 
+/// Who wrote the shipped defaults, in the store and its history.
+const SHIPPED_BY: &str = "specgate (shipped default)";
+
 /// One change in a route's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyVersion {
@@ -89,16 +92,18 @@ impl PolicyStore {
         })
     }
 
-    /// Write the shipped defaults as the `*` policies where none is stored yet.
+    /// Write the shipped defaults as the `*` policies where none is stored yet, and where
+    /// the stored one is an earlier release's shipped default that no admin has edited since
+    /// (a new version, so the history shows the upgrade). An admin's edit is never replaced.
     pub fn seed_defaults(&self) -> Result<(), PolicyStoreError> {
         for class in WorkloadClass::ALL {
-            if self.get(ANY_TENANT, class)?.is_none() {
-                self.put(
-                    ANY_TENANT,
-                    class,
-                    default_policy(class),
-                    "specgate (shipped default)",
-                )?;
+            let shipped = default_policy(class);
+            let stale = match self.get(ANY_TENANT, class)? {
+                None => true,
+                Some(stored) => stored.updated_by == SHIPPED_BY && stored.policy != shipped,
+            };
+            if stale {
+                self.put(ANY_TENANT, class, shipped, SHIPPED_BY)?;
             }
         }
         Ok(())
@@ -297,6 +302,48 @@ mod tests {
             s.history("acme", class).unwrap().len(),
             3,
             "a refused edit leaves no trace"
+        );
+    }
+
+    #[test]
+    fn an_untouched_earlier_default_is_upgraded_and_an_admins_edit_is_kept() {
+        let s = store();
+        let older = |class| RoutePolicy {
+            k_max: 3,
+            ..default_policy(class)
+        };
+        // An earlier release seeded rag; an admin has since edited creative's `*` policy.
+        s.put(
+            ANY_TENANT,
+            WorkloadClass::Rag,
+            older(WorkloadClass::Rag),
+            SHIPPED_BY,
+        )
+        .unwrap();
+        let edit = older(WorkloadClass::Creative);
+        s.put(
+            ANY_TENANT,
+            WorkloadClass::Creative,
+            edit.clone(),
+            SHIPPED_BY,
+        )
+        .unwrap();
+        s.put(ANY_TENANT, WorkloadClass::Creative, edit.clone(), "ops")
+            .unwrap();
+        s.seed_defaults().unwrap();
+        s.seed_defaults().unwrap(); // idempotent
+        let rag = s.get(ANY_TENANT, WorkloadClass::Rag).unwrap().unwrap();
+        assert_eq!(rag.policy, default_policy(WorkloadClass::Rag));
+        assert_eq!(rag.version, 2, "the upgrade is a new version");
+        let creative = s.get(ANY_TENANT, WorkloadClass::Creative).unwrap();
+        assert_eq!(
+            creative.map(|p| (p.policy, p.updated_by)),
+            Some((edit, "ops".into()))
+        );
+        let chat = s.get(ANY_TENANT, WorkloadClass::Chat).unwrap().unwrap();
+        assert_eq!(
+            (chat.version, chat.policy),
+            (1, default_policy(WorkloadClass::Chat))
         );
     }
 }
