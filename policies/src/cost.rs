@@ -156,13 +156,8 @@ impl LoadView {
 
     /// v(k): a step with k drafts per sequence relative to a plain step.
     pub fn verify_cost(&self, k: usize) -> f64 {
-        self.verify_cost_of(k as f64)
-    }
-
-    /// v at a mean of `drafts` draft rows per round (a drafter whose drafts vary in length).
-    pub fn verify_cost_of(&self, drafts: f64) -> f64 {
         let rho = self.rho();
-        (1.0 + rho * (drafts.max(0.0) + 1.0)) / (1.0 + rho)
+        (1.0 + rho * (k as f64 + 1.0)) / (1.0 + rho)
     }
 
     /// What one more verify row costs relative to a plain step, v(k + 1) − v(k) = ρ / (1 + ρ):
@@ -181,13 +176,6 @@ pub fn value(alpha: f64, k: usize, c: f64, load: &LoadView) -> f64 {
     let alpha = alpha.clamp(0.0, 0.999_999);
     let tokens = (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha);
     tokens / (load.verify_cost(k) + k as f64 * c)
-}
-
-/// The same per unit of plain-step time for a drafter measured per round rather than modelled:
-/// it commits `tokens` per round (accepted plus the target's own) at a mean of `drafts` draft
-/// rows per round, each costing c to draft.
-pub fn measured_value(tokens: f64, drafts: f64, c: f64, load: &LoadView) -> f64 {
-    tokens / (load.verify_cost_of(drafts) + drafts.max(0.0) * c)
 }
 
 #[cfg(test)]

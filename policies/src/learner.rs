@@ -23,7 +23,7 @@ use rand::Rng;
 use rand_distr::{Beta, Distribution};
 use specgate_strategies::StrategyKind;
 
-use crate::cost::{measured_value, value, LoadView};
+use crate::cost::{value, LoadView};
 use crate::plan::SpecPlan;
 use crate::workload::WorkloadClass;
 
@@ -79,10 +79,6 @@ pub struct ArmState {
     pub rejected: f64,
     /// Draft cost per drafted token relative to a verify pass (EMA).
     pub draft_cost: Option<f64>,
-    /// Draft rows per round (EMA), for drafters that choose their own draft lengths: what
-    /// their rounds cost, which their acceptance alone does not say (a candidate tree commits
-    /// more per round than a chain, on many more rows).
-    pub rows: Option<f64>,
 }
 
 impl Default for ArmState {
@@ -91,7 +87,6 @@ impl Default for ArmState {
             accepted: PRIOR.0,
             rejected: PRIOR.1,
             draft_cost: None,
-            rows: None,
         }
     }
 }
@@ -117,7 +112,6 @@ impl ArmState {
             accepted: self.accepted + a * scale,
             rejected: self.rejected + r * scale,
             draft_cost: self.draft_cost.or(pool.draft_cost),
-            rows: self.rows.or(pool.rows),
         }
     }
 }
@@ -202,8 +196,7 @@ impl Learner {
 
 /// Every choice the route may make now, with its expected value at this load: each allowed
 /// strategy at its best k for an α drawn from its arm (its mean when exploration is off),
-/// and plain decoding (value 1). A drafter that prices its own tokens is valued by what its
-/// rounds measured instead: tokens per round over the cost of its mean draft rows per round.
+/// and plain decoding (value 1).
 fn candidates(
     arms: &Arms,
     pool: Option<&Arms>,
@@ -231,15 +224,7 @@ fn candidates(
             arm.mean_alpha()
         };
         let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
-        let (k, v) = match arm.rows {
-            Some(rows) if s.prices_own_drafts() => {
-                let k = limits.k_max.min(K_LIMIT);
-                // Its evidence's α is tokens per round: 1 / (1 − α) of them, at most k + 1.
-                let tokens = (1.0 / (1.0 - alpha.min(0.999))).min(k as f64 + 1.0);
-                (k, measured_value(tokens, rows, c, load))
-            }
-            _ => best_k(alpha, c, load, limits.k_min, limits.k_max),
-        };
+        let (k, v) = best_k(alpha, c, load, limits.k_min, limits.k_max);
         if k > 0 {
             candidates.push(((s, k), v));
         }
@@ -309,10 +294,6 @@ fn learn(arms: &mut Arms, obs: &Observation) {
     let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64;
     arm.accepted += obs.accepted as f64 * weight;
     arm.rejected += (judged - obs.accepted.min(judged)) as f64 * weight;
-    if obs.rounds > 0 && strategy.prices_own_drafts() {
-        let rows = obs.drafted as f64 / obs.rounds as f64;
-        arm.rows = Some(arm.rows.map_or(rows, |old| old + 0.2 * (rows - old)));
-    }
     if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
         let pass = obs.verify_secs / obs.rounds as f64;
         let c = obs.draft_secs / obs.drafted as f64 / pass;
