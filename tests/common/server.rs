@@ -117,18 +117,25 @@ impl Server {
 
     /// A gauge or counter from /metrics, summed over its label sets (0 when absent).
     pub fn metric(&self, name: &str) -> f64 {
+        self.metric_if_exported(name).unwrap_or(0.0)
+    }
+
+    /// The same, or None when /metrics has no sample of it.
+    pub fn metric_if_exported(&self, name: &str) -> Option<f64> {
         let text = ureq::get(&self.url("/metrics"))
             .set("Authorization", &format!("Bearer {ADMIN}"))
             .call()
             .expect("metrics")
             .into_string()
             .expect("metrics text");
-        text.lines()
+        let samples: Vec<f64> = text
+            .lines()
             .filter(|l| !l.starts_with('#'))
             .filter_map(|l| l.split_once(' '))
             .filter(|(n, _)| *n == name || n.starts_with(&format!("{name}{{")))
             .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
-            .sum()
+            .collect();
+        (!samples.is_empty()).then(|| samples.iter().sum())
     }
 }
 
