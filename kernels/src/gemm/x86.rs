@@ -86,92 +86,29 @@ pub unsafe fn tile512<const F: u8, const R: usize>(
     out: &mut [[f32; GROUP]],
 ) {
     let nb = a.blocks;
-    let segs = segments(F);
-    let nib = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
     let mut ms = [_mm512_setzero_ps(); R];
-    let scales = if F == Q6_K { 2 } else { 1 };
     for b in 0..nb {
         if r0 == 0 && b % 2 == 0 {
             // As in the 256-bit kernels: without it an 8-row call on streamed weights
             // ran at 64% of its rate on cached ones (Zen 5, `kernel_rate`).
             prefetch_blocks::<F>(g, b + PF512);
         }
-        let qs = g.qs.as_ptr().add(b * segs * GROUP * 4);
-        let mut w = [_mm512_setzero_si512(); 8];
-        if F == Q8_0 {
-            for (c, w) in w.iter_mut().enumerate() {
-                let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
-                *w = _mm512_xor_si512(v, _mm512_set1_epi8(-128)); // w + 128, unsigned
-            }
-        } else if F == Q6_K {
-            for (c, w) in w.iter_mut().enumerate() {
-                *w = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
-            }
-        } else {
-            for c in 0..4 {
-                let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
-                w[c] = _mm512_and_si512(v, nib);
-                w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            }
-        }
-        let wd = scales16(g.d, b * scales * GROUP);
-        let wd2 = scales16(g.d, (b * scales + scales - 1) * GROUP);
-        let wm = if F == Q4_1 {
-            scales16(g.m, b * GROUP)
-        } else {
-            _mm512_setzero_ps()
-        };
-        // Segment by segment across the rows: independent chains of dot instructions,
-        // where row by row gave two chains of four per row and ran at latency (the row
-        // loop was not unrolled). Few rows, and Q6_K (a scale per half), keep the halves
-        // of the block in separate chains; else one chain per row.
-        let split = R < 6 || F == Q6_K;
-        let mut lo = [_mm512_setzero_si512(); R];
-        let mut hi = [_mm512_setzero_si512(); R];
+        let w = weights512::<F>(g.qs.as_ptr().add(b * segments(F) * GROUP * 4));
         let ys: [*const i8; R] =
             std::array::from_fn(|t| a.qs.as_ptr().add(((r0 + t) * nb + b) * QK));
-        for (c, &wc) in w.iter().enumerate() {
-            for t in 0..R {
-                let s = if split && c >= 4 {
-                    &mut hi[t]
-                } else {
-                    &mut lo[t]
-                };
-                *s = _mm512_dpbusd_epi32(*s, wc, _mm512_set1_epi32(chunk(ys[t], c)));
-            }
-        }
+        let (lo, hi) = block_dots512::<F, R>(&w, &ys);
+        let scales = BlockScales512::load::<F>(g, b);
         for t in 0..R {
-            let i = (r0 + t) * nb + b;
-            if F == Q6_K {
-                let ad = _mm512_set1_ps(*a.d.get_unchecked(i));
-                for (h, (s, wd)) in [(lo[t], wd), (hi[t], wd2)].into_iter().enumerate() {
-                    let o = _mm512_set1_epi32(32 * *a.sums16.get_unchecked(2 * i + h));
-                    let isum = _mm512_sub_epi32(s, o);
-                    let dd = _mm512_mul_ps(wd, ad);
-                    acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
-                }
-                continue;
-            }
-            let mut isum = if split {
-                _mm512_add_epi32(lo[t], hi[t])
-            } else {
-                lo[t]
-            };
-            let offset = match F {
-                Q4_0 => 8,
-                Q8_0 => 128,
-                _ => 0,
-            };
-            if offset != 0 {
-                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum(i)));
-            }
-            let dd = _mm512_mul_ps(wd, _mm512_set1_ps(*a.d.get_unchecked(i)));
-            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[t]);
-            if F == Q4_1 {
-                let s = _mm512_set1_ps(*a.s.get_unchecked(i));
-                ms[t] = _mm512_fmadd_ps(wm, s, ms[t]);
-            }
+            scale_row512::<F, R>(
+                &scales,
+                a,
+                (r0 + t) * nb + b,
+                lo[t],
+                hi[t],
+                &mut acc[t],
+                &mut ms[t],
+            );
         }
     }
     for t in 0..R {
@@ -181,6 +118,131 @@ pub unsafe fn tile512<const F: u8, const R: usize>(
             acc[t]
         };
         _mm512_storeu_ps(out[t].as_mut_ptr(), v);
+    }
+}
+
+/// Few rows, and Q6_K (a scale per half), keep a block's two halves in separate dot chains;
+/// else one chain per row (see [`block_dots512`]).
+const fn split512(f: u8, rows: usize) -> bool {
+    rows < 6 || f == Q6_K
+}
+
+/// A block's eight segments of the group's weights as unsigned bytes: 4-bit formats their
+/// low then high nibbles, Q8_0 w + 128, Q6_K as stored.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn weights512<const F: u8>(qs: *const u8) -> [__m512i; 8] {
+    let mut w = [_mm512_setzero_si512(); 8];
+    if F == Q8_0 {
+        for (c, w) in w.iter_mut().enumerate() {
+            let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
+            *w = _mm512_xor_si512(v, _mm512_set1_epi8(-128)); // w + 128, unsigned
+        }
+    } else if F == Q6_K {
+        for (c, w) in w.iter_mut().enumerate() {
+            *w = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
+        }
+    } else {
+        let nib = _mm512_set1_epi8(0x0F);
+        for c in 0..4 {
+            let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
+            w[c] = _mm512_and_si512(v, nib);
+            w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        }
+    }
+    w
+}
+
+/// One block's integer dots with every row's activations `ys`, as (first half, second
+/// half) chains; with one chain per row the second stays zero.
+///
+/// Segment by segment across the rows: independent chains of dot instructions, where row
+/// by row gave two chains of four per row and ran at latency (the row loop was not
+/// unrolled).
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+unsafe fn block_dots512<const F: u8, const R: usize>(
+    w: &[__m512i; 8],
+    ys: &[*const i8; R],
+) -> ([__m512i; R], [__m512i; R]) {
+    let mut lo = [_mm512_setzero_si512(); R];
+    let mut hi = [_mm512_setzero_si512(); R];
+    for (c, &wc) in w.iter().enumerate() {
+        for t in 0..R {
+            let s = if split512(F, R) && c >= 4 {
+                &mut hi[t]
+            } else {
+                &mut lo[t]
+            };
+            *s = _mm512_dpbusd_epi32(*s, wc, _mm512_set1_epi32(chunk(ys[t], c)));
+        }
+    }
+    (lo, hi)
+}
+
+/// The group's float scales for one block: `d` (Q6_K: per half) and Q4_1's min.
+struct BlockScales512 {
+    d: __m512,
+    d2: __m512,
+    m: __m512,
+}
+
+impl BlockScales512 {
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn load<const F: u8>(g: &GroupView, b: usize) -> Self {
+        let per_block = if F == Q6_K { 2 } else { 1 };
+        Self {
+            d: scales16(g.d, b * per_block * GROUP),
+            d2: scales16(g.d, (b * per_block + per_block - 1) * GROUP),
+            m: if F == Q4_1 {
+                scales16(g.m, b * GROUP)
+            } else {
+                _mm512_setzero_ps()
+            },
+        }
+    }
+}
+
+/// Adds activation block `i`'s integer dots (`lo`, `hi`), scaled, to its row's
+/// accumulator `acc` (and Q4_1's min term to `ms`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scale_row512<const F: u8, const R: usize>(
+    s: &BlockScales512,
+    a: &Q8Batch,
+    i: usize,
+    lo: __m512i,
+    hi: __m512i,
+    acc: &mut __m512,
+    ms: &mut __m512,
+) {
+    let ad = _mm512_set1_ps(*a.d.get_unchecked(i));
+    if F == Q6_K {
+        for (h, (sum, wd)) in [(lo, s.d), (hi, s.d2)].into_iter().enumerate() {
+            let o = _mm512_set1_epi32(32 * *a.sums16.get_unchecked(2 * i + h));
+            let isum = _mm512_sub_epi32(sum, o);
+            *acc = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad), _mm512_cvtepi32_ps(isum), *acc);
+        }
+        return;
+    }
+    // One chain per row leaves `hi` zero; adding it anyway would cost an instruction.
+    let mut isum = if split512(F, R) {
+        _mm512_add_epi32(lo, hi)
+    } else {
+        lo
+    };
+    let offset = match F {
+        Q4_0 => 8,
+        Q8_0 => 128,
+        _ => 0,
+    };
+    if offset != 0 {
+        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum(i)));
+    }
+    *acc = _mm512_fmadd_ps(_mm512_mul_ps(s.d, ad), _mm512_cvtepi32_ps(isum), *acc);
+    if F == Q4_1 {
+        *ms = _mm512_fmadd_ps(s.m, _mm512_set1_ps(*a.s.get_unchecked(i)), *ms);
     }
 }
 
