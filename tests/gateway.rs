@@ -339,6 +339,15 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
     let (got, v) = s.post("/v1/chat/completions", &key, &ok);
     assert_eq!(got, 200, "{v}");
     assert!(!chat_text(&v).is_empty());
+    // A temperature too small for 1/T to be finite is greedy, not NaN (always token 0).
+    let tiny = chat_body(
+        &s,
+        "Say hi.",
+        json!({"max_tokens": 4, "temperature": 1e-39}),
+    );
+    let (got, t) = s.post("/v1/chat/completions", &key, &tiny);
+    assert_eq!(got, 200, "{t}");
+    assert_eq!(chat_text(&t), chat_text(&v));
 }
 
 #[test]

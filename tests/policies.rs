@@ -121,13 +121,28 @@ fn policies_are_validated_versioned_applied_to_the_next_request_and_survive_kill
         ),
         (Some("suffix"), Some(3))
     );
-    // A client may not override into what its policy forbids.
-    let (status, v) = chat(&s, &key, json!({"speculation": {"strategy": "ngram"}}));
-    assert_eq!(
-        (status, v["error"]["type"].as_str()),
-        (403, Some("permission_error")),
-        "{v}"
-    );
+    // A client that sets only k is not refused for the class default (ngram) its policy
+    // forbids: the policy picks the strategy, within its k bounds.
+    let (status, r) = chat(&s, &key, json!({"speculation": {"k": 2}}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["usage"]["speculative"]["strategy"], "suffix", "{r}");
+    assert_eq!(r["usage"]["speculative"]["k"], 3);
+    // A client may not override into what its policy forbids, and a refusal costs its
+    // tenant no tokens of its per-minute quota (three refusals of 150 would exceed 200).
+    let tpm = json!({"tokens_per_minute": 200});
+    let limits = "/admin/v1/tenants/acme/limits";
+    assert_eq!(admin(&s, "PUT", limits, ADMIN, Some(tpm)).0, 200);
+    for _ in 0..3 {
+        let body = json!({"speculation": {"strategy": "ngram"}, "max_tokens": 150});
+        let (status, v) = chat(&s, &key, body);
+        assert_eq!(
+            (status, v["error"]["type"].as_str()),
+            (403, Some("permission_error")),
+            "{v}"
+        );
+    }
+    assert_eq!(chat(&s, &key, json!({"max_tokens": 150})).0, 200);
+    assert_eq!(admin(&s, "PUT", limits, ADMIN, Some(json!({}))).0, 200);
     // Speculation off by policy wins over a request that asks for it.
     admin(
         &s,

@@ -202,7 +202,9 @@ pub struct RequestLimits {
 pub struct GenerationRequest {
     pub messages: Option<Vec<ChatMessage>>, // chat
     pub prompt: Option<String>,             // completions
-    pub max_tokens: usize,
+    /// None: the client set no limit; the server's default applies, capped at what the
+    /// context leaves after the prompt.
+    pub max_tokens: Option<usize>,
     pub sampling: SamplingParams,
     pub seed: u64,
     pub stop: Vec<String>,

@@ -10,22 +10,19 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
-use specgate_policies::classify;
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
-use super::actors::{Job, Outgoing, RequestActor, Services};
+use super::actors::{Outgoing, RequestActor, Services};
 use super::api::{
     parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestBody, RequestLimits,
 };
 use super::error::ApiError;
+use super::prepare::prepare;
 use super::quotas::{Quotas, Ticket};
 use super::responses::{self, Endpoint, ResponseMeta};
 use super::tenants::{TenantError, TenantStore};
 use crate::clock::unix_now;
-use crate::engine::RouteLabels;
-use crate::generate::GenerateParams;
-use crate::loaded::chat_prompt;
 use crate::policy_store::PolicyStore;
 use crate::tokenizer::Tokenizer;
 
@@ -198,71 +195,21 @@ pub(crate) async fn completions(
     .await
 }
 
-/// Template, tokenize, check the context, classify: the job the engine will run.
-fn prepare(state: &AppState, tenant: String, r: &GenerationRequest) -> Result<Job, ApiError> {
-    let (text, user_text, param) = match (&r.messages, &r.prompt) {
-        (Some(messages), _) => {
-            let text = chat_prompt(&state.tokenizer, messages)
-                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
-            let user: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
-            (text, user.join("\n"), "messages")
-        }
-        (None, Some(prompt)) => (prompt.clone(), prompt.clone(), "prompt"),
-        (None, None) => return Err(ApiError::invalid(None, "no prompt")),
-    };
-    let prompt = state
-        .tokenizer
-        .encode(&text)
-        .map_err(|e| ApiError::invalid(Some(param), e.to_string()))?;
-    if prompt.is_empty() {
-        return Err(ApiError::invalid(Some(param), "the prompt is empty"));
-    }
-    let context = state.limits.context_length;
-    if prompt.len() + r.max_tokens > context {
-        return Err(ApiError::invalid(
-            Some(param),
-            format!(
-                "this model's context is {context} tokens; the prompt has {} and max_tokens is {}",
-                prompt.len(),
-                r.max_tokens
-            ),
-        )
-        .with_code("context_length_exceeded"));
-    }
-    Ok(Job {
-        prompt,
-        params: GenerateParams {
-            max_tokens: r.max_tokens,
-            sampling: r.sampling,
-            seed: r.seed,
-            stop: r.stop.clone(),
-            max_draft_tokens: 0,
-            adaptive_k: false,
-            row_cost: None,
-        },
-        route: RouteLabels {
-            tenant,
-            class: r.workload.unwrap_or_else(|| classify(&user_text)),
-        },
-        speculation: r.speculation,
-    })
-}
-
 async fn respond(
     state: &AppState,
     tenant: String,
     request: GenerationRequest,
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
-    let job = prepare(state, tenant, &request)?;
+    let job = prepare(&state.tokenizer, &state.limits, tenant, &request)?;
     let overrides = state
         .tenants
         .limits(&job.route.tenant)
         .map_err(store_error)?;
-    let ticket = state.quotas.admit(
+    let mut ticket = state.quotas.admit(
         &job.route.tenant,
         &overrides,
-        (job.prompt.len() + request.max_tokens) as u64,
+        (job.prompt.len() + job.params.max_tokens) as u64,
     )?;
     let id = state.services.engine.next_request_id();
     let meta = ResponseMeta {
@@ -275,9 +222,16 @@ async fn respond(
         endpoint,
     };
     let (admitted, out) = RequestActor::launch(job, &state.services);
-    admitted
-        .await
-        .map_err(|_| ApiError::internal("the request actor stopped before admitting"))??;
+    let admission = admitted.await.unwrap_or_else(|_| {
+        Err(ApiError::internal(
+            "the request actor stopped before admitting",
+        ))
+    });
+    if let Err(e) = admission {
+        // Refused before any token was computed: the tenant's quota pays nothing for it.
+        ticket.used(0);
+        return Err(e);
+    }
     if request.stream {
         let events = sse_stream(out, meta, request.include_usage, ticket);
         return Ok(HttpResponse::Ok()

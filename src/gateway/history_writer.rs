@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use actix::prelude::*;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use crate::clock::unix_now;
 use crate::history::{Granularity, HistoryKey, HistoryRecord};
@@ -35,21 +36,41 @@ impl HistoryWriter {
         })
     }
 
-    /// Merge one record into what the store holds under `key`.
-    fn merge_into(tree: &sled::Tree, key: &[u8], rec: &HistoryRecord) -> sled::Result<()> {
-        tree.fetch_and_update(key, |old| {
-            let mut merged: HistoryRecord = old
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or_default();
-            merged.merge(rec);
-            serde_json::to_vec(&merged).ok()
-        })?;
-        Ok(())
+    /// Merge `records` into what the store holds, all or none: a failed write leaves the
+    /// store as it was, so the records can be written again without counting any twice.
+    /// `remove`: keys deleted in the same transaction (a rollup's minute buckets).
+    fn merge_all(
+        tree: &sled::Tree,
+        records: &HashMap<Vec<u8>, HistoryRecord>,
+        remove: &[sled::IVec],
+    ) -> sled::Result<()> {
+        tree.transaction(|tx| {
+            for (key, rec) in records {
+                let mut merged: HistoryRecord = tx
+                    .get(key)?
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_default();
+                merged.merge(rec);
+                let bytes = serde_json::to_vec(&merged).map_err(|e| {
+                    ConflictableTransactionError::Abort(sled::Error::Unsupported(e.to_string()))
+                })?;
+                tx.insert(key.as_slice(), bytes)?;
+            }
+            for key in remove {
+                tx.remove(key.clone())?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            TransactionError::Abort(e) | TransactionError::Storage(e) => e,
+        })
     }
 
+    /// Write the pending batch; on failure it stays pending for the next flush.
     fn flush(&mut self) -> sled::Result<()> {
-        for (key, rec) in self.pending.drain() {
-            Self::merge_into(&self.tree, &key, &rec)?;
+        if !self.pending.is_empty() {
+            Self::merge_all(&self.tree, &self.pending, &[])?;
+            self.pending.clear();
         }
         let now = unix_now();
         if now >= self.last_rollup + 60 {
@@ -60,7 +81,8 @@ impl HistoryWriter {
         Ok(())
     }
 
-    /// Fold minute buckets older than the window into their hour.
+    /// Fold minute buckets older than the window into their hour, each minute's move in one
+    /// transaction: a failure half-way never counts a minute in both places.
     fn rollup(&self, now: u64) -> sled::Result<()> {
         let cutoff = now.saturating_sub(self.minute_window.as_secs());
         let mut old = Vec::new();
@@ -81,8 +103,8 @@ impl HistoryWriter {
                 start: key.start - key.start % 3600,
                 ..key
             };
-            Self::merge_into(&self.tree, &hour.encode(), &rec)?;
-            self.tree.remove(raw)?;
+            let into_hour = HashMap::from([(hour.encode(), rec)]);
+            Self::merge_all(&self.tree, &into_hour, &[raw])?;
         }
         Ok(())
     }
@@ -137,5 +159,63 @@ impl Handler<Flush> for HistoryWriter {
 
     fn handle(&mut self, _: Flush, _: &mut Context<Self>) -> Self::Result {
         self.flush().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::HistoryKey;
+    use specgate_policies::WorkloadClass;
+    use specgate_strategies::StrategyKind;
+
+    fn record(requests: u64, tokens_out: u64) -> HistoryRecord {
+        HistoryRecord {
+            requests,
+            tokens_out,
+            ..HistoryRecord::default()
+        }
+    }
+
+    fn stored(tree: &sled::Tree) -> Vec<(HistoryKey, HistoryRecord)> {
+        tree.iter()
+            .map(|item| {
+                let (k, v) = item.unwrap();
+                let key = HistoryKey::decode(&k).unwrap();
+                (key, serde_json::from_slice(&v).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn flushes_merge_once_and_old_minutes_move_into_their_hour() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let minute = Duration::from_secs(600);
+        let mut w = HistoryWriter::new(&db, Duration::from_secs(1), minute).unwrap();
+        let now = unix_now();
+        let hour_ago = now - now % 3600 - 3600;
+        let key =
+            |at| HistoryKey::minute("t", WorkloadClass::Rag, StrategyKind::Suffix, 4, at).encode();
+        w.pending.insert(key(hour_ago), record(1, 10));
+        w.pending.insert(key(hour_ago + 120), record(2, 20));
+        w.pending.insert(key(now), record(3, 30));
+        w.flush().unwrap();
+        // A second flush with nothing pending writes nothing again.
+        w.flush().unwrap();
+        w.last_rollup = 0;
+        w.flush().unwrap();
+        let rows = stored(&w.tree);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        // 'h' sorts before 'm': the hour first.
+        let (hour, total) = &rows[0];
+        assert_eq!(
+            (hour.granularity, hour.start, total),
+            (Granularity::Hour, hour_ago, &record(3, 30))
+        );
+        let (fresh, recent) = &rows[1];
+        assert_eq!(
+            (fresh.granularity, recent),
+            (Granularity::Minute, &record(3, 30))
+        );
     }
 }

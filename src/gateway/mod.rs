@@ -8,6 +8,7 @@ pub mod handlers;
 pub mod history_writer;
 pub mod openapi;
 pub mod policies_api;
+pub mod prepare;
 pub mod quotas;
 pub mod responses;
 pub mod router;

@@ -138,7 +138,18 @@ impl Router {
                     return Ok(SpecPlan::PLAIN);
                 }
                 let base = default_plan(msg.route.class);
-                let strategy = strategy.unwrap_or(base.strategy);
+                // A client that sets only k gets the class default if its policy allows it,
+                // else the policy's own choice: never a 403 for a strategy it did not name.
+                let strategy = strategy.unwrap_or_else(|| {
+                    if limits.allowed.contains(&base.strategy) {
+                        base.strategy
+                    } else {
+                        let load = self.load_view();
+                        self.learner
+                            .choose(&route, &limits, &load, &mut rand::rng())
+                            .strategy
+                    }
+                });
                 if !self.available.contains(&strategy) {
                     return Err(ApiError::invalid(
                         Some("speculation.strategy"),

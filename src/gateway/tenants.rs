@@ -144,16 +144,29 @@ impl TenantStore {
     /// Replace the tenant's overrides; flushed before it returns, applied from the next
     /// request on.
     pub fn set_limits(&self, name: &str, limits: LimitOverrides) -> Result<(), TenantError> {
-        let old = self
-            .tenants
-            .get(name)?
-            .ok_or_else(|| TenantError::NoTenant(name.to_string()))?;
-        let mut record: TenantRecord = decode(&old)?;
-        record.limits = limits;
-        // Compare-and-swap: a concurrent edit of the same tenant fails rather than being lost.
-        self.tenants
-            .compare_and_swap(name, Some(old), Some(encode(&record)?))?
-            .map_err(|_| TenantError::Corrupt("the tenant changed during the edit".into()))?;
+        // sled retries the update until no concurrent edit intervenes: a PUT replaces the
+        // whole set, so applying it on top of another edit is the serial order.
+        let mut failure = None;
+        let old = self.tenants.fetch_and_update(name, |old| {
+            failure = None;
+            let old = old?;
+            match decode::<TenantRecord>(old).and_then(|mut r| {
+                r.limits = limits;
+                encode(&r)
+            }) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    failure = Some(e);
+                    Some(old.to_vec())
+                }
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if old.is_none() {
+            return Err(TenantError::NoTenant(name.to_string()));
+        }
         self.db.flush()?;
         Ok(())
     }
@@ -304,5 +317,29 @@ mod tests {
             s.revoke("other", &a.key_id),
             Err(TenantError::NoKey { .. })
         ));
+    }
+
+    #[test]
+    fn concurrent_limit_edits_all_succeed_and_one_wins_whole() {
+        let s = std::sync::Arc::new(store());
+        s.create("busy").unwrap();
+        let edits: Vec<_> = (1..=8u64)
+            .map(|n| {
+                let s = std::sync::Arc::clone(&s);
+                std::thread::spawn(move || {
+                    let limits = LimitOverrides {
+                        max_concurrent_requests: Some(n as u32),
+                        tokens_per_minute: Some(100 * n),
+                    };
+                    (0..20).try_for_each(|_| s.set_limits("busy", limits))
+                })
+            })
+            .collect();
+        for e in edits {
+            e.join().unwrap().unwrap();
+        }
+        let l = s.limits("busy").unwrap();
+        let n = l.max_concurrent_requests.unwrap() as u64;
+        assert_eq!(l.tokens_per_minute, Some(100 * n), "{l:?}");
     }
 }

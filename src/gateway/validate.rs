@@ -164,7 +164,7 @@ impl CommonFields {
             (None, m) => ("max_tokens", m),
         };
         let max_tokens = match max {
-            None => limits.default_max_tokens,
+            None => None,
             Some(m) if m <= 0 => {
                 return Err(ApiError::invalid(
                     Some(param),
@@ -177,7 +177,7 @@ impl CommonFields {
                     format!("`{param}` must be at most {}", limits.max_tokens_limit),
                 ))
             }
-            Some(m) => m as usize,
+            Some(m) => Some(m as usize),
         };
         let temperature = in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(1.0);
         let top_p = in_range("top_p", self.top_p, f64::MIN_POSITIVE, 1.0)?.unwrap_or(1.0);

@@ -6,6 +6,9 @@ use candle_core::quantized::gguf_file::Value;
 
 use super::ModelError;
 
+/// The longest context a model may declare (the rope table and KV budget are sized from it).
+pub const MAX_CONTEXT: usize = 1 << 20;
+
 /// What the forward pass needs to know about the network's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -66,7 +69,7 @@ impl ModelConfig {
                 .map_err(|e| ModelError::Metadata(format!("tokenizer.ggml.tokens: {e}")))?
                 .len(),
         };
-        Ok(Self {
+        let config = Self {
             n_layers: get_u32(md, "llama.block_count")?,
             hidden,
             ffn: get_u32(md, "llama.feed_forward_length")?,
@@ -81,11 +84,89 @@ impl ModelConfig {
             rms_eps: f32_or("llama.attention.layer_norm_rms_epsilon", 1e-5),
             context_length: get_u32(md, "llama.context_length").unwrap_or(2048),
             vocab_size,
-        })
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Refuse shapes the forward pass cannot run (a rotary width past the head would index
+    /// out of bounds on the first token) or would size absurd tables from.
+    fn check(&self) -> Result<(), ModelError> {
+        let bad = |what: String| Err(ModelError::Metadata(what));
+        if self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) || self.rope_dim > self.head_dim {
+            return bad(format!(
+                "rope.dimension_count {} must be even and in 2..={} (the head width)",
+                self.rope_dim, self.head_dim
+            ));
+        }
+        if !(1..=MAX_CONTEXT).contains(&self.context_length) {
+            return bad(format!(
+                "context_length {} is outside 1..={MAX_CONTEXT}",
+                self.context_length
+            ));
+        }
+        if self.n_layers == 0 || self.ffn == 0 || self.vocab_size == 0 {
+            return bad(format!(
+                "empty network: {} layers, ffn {}, vocab {}",
+                self.n_layers, self.ffn, self.vocab_size
+            ));
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
+            return bad(format!("rope.freq_base {} must be > 1", self.rope_base));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
+            return bad(format!(
+                "layer_norm_rms_epsilon {} must be >= 0",
+                self.rms_eps
+            ));
+        }
+        Ok(())
     }
 
     /// Floats one token occupies in the KV cache of one layer (K or V).
     pub fn kv_width(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata(extra: &[(&str, u32)]) -> HashMap<String, Value> {
+        let mut md = HashMap::from([
+            (
+                "general.architecture".to_string(),
+                Value::String("llama".into()),
+            ),
+            ("llama.attention.head_count".to_string(), Value::U32(9)),
+            ("llama.attention.head_count_kv".to_string(), Value::U32(3)),
+            ("llama.embedding_length".to_string(), Value::U32(576)),
+            ("llama.block_count".to_string(), Value::U32(30)),
+            ("llama.feed_forward_length".to_string(), Value::U32(1536)),
+            ("llama.vocab_size".to_string(), Value::U32(49152)),
+            ("llama.context_length".to_string(), Value::U32(8192)),
+        ]);
+        for (k, v) in extra {
+            md.insert(k.to_string(), Value::U32(*v));
+        }
+        md
+    }
+
+    #[test]
+    fn smollm2_shape_reads_and_impossible_shapes_are_refused() {
+        let c = ModelConfig::from_metadata(&metadata(&[])).unwrap();
+        assert_eq!((c.head_dim, c.rope_dim, c.context_length), (64, 64, 8192));
+        for bad in [
+            ("llama.rope.dimension_count", 128),
+            ("llama.rope.dimension_count", 7),
+            ("llama.rope.dimension_count", 0),
+            ("llama.context_length", 0),
+            ("llama.context_length", u32::MAX),
+            ("llama.block_count", 0),
+        ] {
+            let e = ModelConfig::from_metadata(&metadata(&[bad])).unwrap_err();
+            assert!(matches!(e, ModelError::Metadata(_)), "{bad:?}: {e}");
+        }
     }
 }

@@ -6,6 +6,9 @@ use rand::Rng;
 
 use crate::TokenId;
 
+/// Temperatures below this are greedy (vLLM draws the same line).
+pub const GREEDY_BELOW: f32 = 1e-5;
+
 /// How a token is chosen from a row of logits. `temperature == 0` means greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
@@ -45,8 +48,10 @@ impl SamplingParams {
         }
     }
 
+    /// Below [`GREEDY_BELOW`] sampling is greedy: 1/T would overflow to infinity (and the
+    /// softmax to NaN) long before the distribution stops being a point mass.
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
+        self.temperature < GREEDY_BELOW
     }
 
     pub fn validate(&self) -> Result<(), SamplingError> {
@@ -187,6 +192,16 @@ mod tests {
         let p = SamplingParams::greedy().probs(&[0.1, 3.0, 2.9]);
         assert_eq!(p, vec![0.0, 1.0, 0.0]);
         assert_eq!(argmax(&[1.0, 5.0, 5.0]), 1, "ties go to the lowest id");
+    }
+
+    #[test]
+    fn a_vanishing_temperature_is_greedy_never_nan() {
+        for t in [1e-39f32, f32::MIN_POSITIVE, 1e-6] {
+            let p = params(t, 0, 1.0, 0.0).probs(&[0.1, 3.0, 2.9]);
+            assert_eq!(p, vec![0.0, 1.0, 0.0], "T = {t:e}");
+        }
+        let p = params(1e-4, 0, 1.0, 0.0).probs(&[0.1, 3.0, 2.9]);
+        assert!(p.iter().all(|x| x.is_finite()) && p[1] > 0.999, "{p:?}");
     }
 
     #[test]
