@@ -1,5 +1,6 @@
 //! One drafter backed by another: the primary drafts whenever it has something to propose;
-//! when it proposes nothing, the fallback drafts, at most `fallback_k` tokens.
+//! when it proposes nothing, the fallback drafts, at most [`FallbackBudget`] tokens (one
+//! budget for greedy requests, another for sampled ones).
 //!
 //! Why: suffix lookup drafts long and is accepted often where the text repeats (edits,
 //! quoted passages) but has nothing confident for most tokens of free text, while Medusa's
@@ -13,11 +14,18 @@ use crate::{Draft, DraftContext, DraftError, Drafter};
 /// A drafter that can move between threads.
 pub type SendDrafter = Box<dyn Drafter + Send>;
 
+/// The most tokens (or tree nodes) the fallback may draft in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackBudget {
+    pub greedy: usize,
+    pub sampled: usize,
+}
+
 pub struct FallbackDrafter {
     name: &'static str,
     primary: SendDrafter,
     fallback: SendDrafter,
-    fallback_k: usize,
+    budget: FallbackBudget,
 }
 
 impl FallbackDrafter {
@@ -25,13 +33,13 @@ impl FallbackDrafter {
         name: &'static str,
         primary: SendDrafter,
         fallback: SendDrafter,
-        fallback_k: usize,
+        budget: FallbackBudget,
     ) -> Self {
         Self {
             name,
             primary,
             fallback,
-            fallback_k,
+            budget,
         }
     }
 }
@@ -46,7 +54,11 @@ impl Drafter for FallbackDrafter {
         if !draft.is_empty() || k == 0 {
             return Ok(draft);
         }
-        self.fallback.propose(ctx, k.min(self.fallback_k))
+        let cap = match ctx.sampling.is_greedy() {
+            true => self.budget.greedy,
+            false => self.budget.sampled,
+        };
+        self.fallback.propose(ctx, k.min(cap))
     }
 
     fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
@@ -110,7 +122,15 @@ mod tests {
             tag: "f",
         };
         (
-            FallbackDrafter::new("p-f", Box::new(p), Box::new(f), 1),
+            FallbackDrafter::new(
+                "p-f",
+                Box::new(p),
+                Box::new(f),
+                FallbackBudget {
+                    greedy: 2,
+                    sampled: 1,
+                },
+            ),
             log,
         )
     }
@@ -126,7 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn the_primary_drafts_when_it_can_and_the_fallback_at_most_its_k_otherwise() {
+    fn the_primary_drafts_when_it_can_and_the_fallback_within_its_budget_otherwise() {
         let s = SamplingParams::greedy();
         let tokens = [1, 2, 3];
         let (mut d, log) = pair(vec![4, 5, 6]);
@@ -136,7 +156,16 @@ mod tests {
         );
         assert_eq!(*log.lock().unwrap(), vec!["p propose 4"]);
         let (mut d, log) = pair(vec![]);
-        assert_eq!(d.propose(&ctx(&tokens, &s), 4).unwrap().tokens, vec![7]);
+        assert_eq!(d.propose(&ctx(&tokens, &s), 4).unwrap().tokens, vec![7, 8]);
+        assert_eq!(*log.lock().unwrap(), vec!["p propose 4", "f propose 2"]);
+        // A sampled request gets the sampled budget.
+        let sampled = SamplingParams {
+            temperature: 0.8,
+            ..SamplingParams::greedy()
+        };
+        let (mut d, log) = pair(vec![]);
+        let draft = d.propose(&ctx(&tokens, &sampled), 4).unwrap();
+        assert_eq!(draft.tokens, vec![7]);
         assert_eq!(*log.lock().unwrap(), vec!["p propose 4", "f propose 1"]);
         // k = 0 means no draft at all, from either.
         let (mut d, _) = pair(vec![]);

@@ -19,7 +19,7 @@ pub mod verify;
 pub type TokenId = u32;
 
 pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
-pub use fallback::{FallbackDrafter, SendDrafter};
+pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
