@@ -376,14 +376,22 @@ unsafe fn nibbles_avx2(w: &[__m256i; 8], y: *const i8) -> __m256i {
     _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
 }
 
-#[inline(always)]
-unsafe fn nibbles_vnni(w: &[__m256i; 8], y: *const i8) -> __m256i {
-    let mut isum = _mm256_setzero_si256();
-    for (c, &wc) in w.iter().enumerate() {
-        isum = dot_vnni(isum, wc, _mm256_set1_epi32(chunk(y, c)));
-    }
-    isum
+/// `$name`: a 4-bit block's eight segments against activations `y` with one `$dot` (a
+/// VNNI instruction, which sums in i32 itself) per segment.
+macro_rules! nibbles_dot {
+    ($name:ident, $dot:ident) => {
+        #[inline(always)]
+        unsafe fn $name(w: &[__m256i; 8], y: *const i8) -> __m256i {
+            let mut isum = _mm256_setzero_si256();
+            for (c, &wc) in w.iter().enumerate() {
+                isum = $dot(isum, wc, _mm256_set1_epi32(chunk(y, c)));
+            }
+            isum
+        }
+    };
 }
+
+nibbles_dot!(nibbles_vnni, dot_vnni);
 
 tile256!("avx2,fma,f16c", tile_avx2, dot_avx2, nibbles_avx2);
 tile256!("avx2,fma,f16c,avxvnni", tile_vnni, dot_vnni, nibbles_vnni);
@@ -397,14 +405,7 @@ unsafe fn dot_vnni_evex(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
 }
 
 #[cfg(test)]
-#[inline(always)]
-unsafe fn nibbles_vnni_evex(w: &[__m256i; 8], y: *const i8) -> __m256i {
-    let mut isum = _mm256_setzero_si256();
-    for (c, &wc) in w.iter().enumerate() {
-        isum = dot_vnni_evex(isum, wc, _mm256_set1_epi32(chunk(y, c)));
-    }
-    isum
-}
+nibbles_dot!(nibbles_vnni_evex, dot_vnni_evex);
 
 #[cfg(test)]
 tile256!(
