@@ -172,6 +172,10 @@ fn a_dead_engine_answers_503_promptly_and_a_restart_serves_again() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Server::start_in(dir.path(), &["--inject-faults", "engine-panic-at-step=20"]);
     let key = s.tenant("acme");
+    // A request the server fails costs its tenant no quota: the 200-token request below
+    // fits only if the failed one was refunded (else 429 instead of 503).
+    let tpm = Some(json!({"tokens_per_minute": 300}));
+    assert_eq!(s.admin("PUT", "/admin/v1/tenants/acme/limits", tpm).0, 200);
     let started = Instant::now();
     let mut body = chat_body(&s, "Write a long story about a lighthouse.", 200, json!({}));
     body["stream"] = json!(true);
@@ -195,7 +199,7 @@ fn a_dead_engine_answers_503_promptly_and_a_restart_serves_again() {
         Some(200)
     );
     let asked = Instant::now();
-    let (status, retry, v) = chat_status(&s, &key, &chat_body(&s, "Say hello.", 8, json!({})));
+    let (status, retry, v) = chat_status(&s, &key, &chat_body(&s, "Say hello.", 200, json!({})));
     assert_eq!(status, 503, "{v}");
     assert!(retry.is_some());
     assert!(

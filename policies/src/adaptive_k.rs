@@ -228,6 +228,17 @@ mod tests {
     }
 
     #[test]
+    fn k_stays_at_the_probe_until_a_draft_step_is_timed() {
+        // A prior that would take k = 8 at once.
+        let mut ctl = AdaptiveK::new(8, 0.95);
+        assert_eq!(ctl.next_k(), PROBE_K);
+        // A cheap drafter, every draft kept: then the formula's k.
+        ctl.observe(2, 2, 0.0, 1.2);
+        ctl.observe(0, 0, 0.0, 1.0);
+        assert_eq!(ctl.next_k(), 8);
+    }
+
+    #[test]
     fn notices_when_acceptance_rises() {
         let mut ctl = AdaptiveK::new(8, 0.1);
         for _ in 0..200 {

@@ -256,7 +256,11 @@ async fn collect(
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
                 return Ok(HttpResponse::Ok().json(responses::full(meta, &text, &summary)));
             }
-            Outgoing::Failed(why) => return Err(ApiError::internal(why)),
+            Outgoing::Failed(why) => {
+                // The server failed it: the tenant's quota is not charged.
+                ticket.used(0);
+                return Err(ApiError::internal(why));
+            }
         }
     }
     Err(ApiError::internal("the request ended without an answer"))
@@ -313,6 +317,7 @@ fn sse_stream(
                     break Bytes::from(b);
                 }
                 Some(Outgoing::Failed(why)) => {
+                    s.ticket.used(0);
                     s.done = true;
                     break error_event(&why);
                 }

@@ -85,7 +85,8 @@ fn refusal(tenant: &str, e: QuotaError) -> ApiError {
 }
 
 /// An admitted request's place. Without [`Ticket::used`] the whole reservation is charged
-/// (a request cut short by its client pays for what it reserved).
+/// (a request cut short by its client pays for what it reserved); a request refused or
+/// failed by the server is marked `used(0)` and costs nothing.
 pub struct Ticket {
     quotas: Arc<Quotas>,
     tenant: String,

@@ -139,15 +139,19 @@ impl Router {
                 }
                 let base = default_plan(msg.route.class);
                 // A client that sets only k gets the class default if its policy allows it,
-                // else the policy's own choice: never a 403 for a strategy it did not name.
+                // else the policy's first drafting strategy that this server has: never a 403
+                // for a strategy it did not name, and always one that drafts.
                 let strategy = strategy.unwrap_or_else(|| {
-                    if limits.allowed.contains(&base.strategy) {
-                        base.strategy
-                    } else {
-                        let load = self.load_view();
-                        self.learner
-                            .choose(&route, &limits, &load, &mut rand::rng())
-                            .strategy
+                    let usable =
+                        |s: &StrategyKind| *s != StrategyKind::Plain && self.available.contains(s);
+                    match usable(&base.strategy) && limits.allowed.contains(&base.strategy) {
+                        true => base.strategy,
+                        false => limits
+                            .allowed
+                            .iter()
+                            .copied()
+                            .find(usable)
+                            .unwrap_or(StrategyKind::Plain),
                     }
                 });
                 if !self.available.contains(&strategy) {

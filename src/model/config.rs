@@ -6,8 +6,9 @@ use candle_core::quantized::gguf_file::Value;
 
 use super::ModelError;
 
-/// The longest context a model may declare (the rope table and KV budget are sized from it).
-pub const MAX_CONTEXT: usize = 1 << 20;
+/// The longest context served: a model that declares more is served up to this (the rope
+/// table is sized from it: 32 MiB at a head width of 64).
+pub const MAX_CONTEXT: usize = 1 << 17;
 
 /// What the forward pass needs to know about the network's shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +83,9 @@ impl ModelConfig {
                 .map_or(head_dim, |v| v as usize),
             rope_base: f32_or("llama.rope.freq_base", 10_000.0),
             rms_eps: f32_or("llama.attention.layer_norm_rms_epsilon", 1e-5),
-            context_length: get_u32(md, "llama.context_length").unwrap_or(2048),
+            context_length: get_u32(md, "llama.context_length")
+                .unwrap_or(2048)
+                .min(MAX_CONTEXT),
             vocab_size,
         };
         config.check()?;
@@ -99,11 +102,8 @@ impl ModelConfig {
                 self.rope_dim, self.head_dim
             ));
         }
-        if !(1..=MAX_CONTEXT).contains(&self.context_length) {
-            return bad(format!(
-                "context_length {} is outside 1..={MAX_CONTEXT}",
-                self.context_length
-            ));
+        if self.context_length == 0 {
+            return bad("context_length is 0".into());
         }
         if self.n_layers == 0 || self.ffn == 0 || self.vocab_size == 0 {
             return bad(format!(
@@ -162,11 +162,16 @@ mod tests {
             ("llama.rope.dimension_count", 7),
             ("llama.rope.dimension_count", 0),
             ("llama.context_length", 0),
-            ("llama.context_length", u32::MAX),
             ("llama.block_count", 0),
         ] {
             let e = ModelConfig::from_metadata(&metadata(&[bad])).unwrap_err();
             assert!(matches!(e, ModelError::Metadata(_)), "{bad:?}: {e}");
         }
+        let mut md = metadata(&[]);
+        md.insert("llama.rope.freq_base".into(), Value::F32(0.5));
+        assert!(ModelConfig::from_metadata(&md).is_err(), "rope base 0.5");
+        // A longer declared context is served up to MAX_CONTEXT.
+        let long = ModelConfig::from_metadata(&metadata(&[("llama.context_length", u32::MAX)]));
+        assert_eq!(long.unwrap().context_length, MAX_CONTEXT);
     }
 }

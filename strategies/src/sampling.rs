@@ -9,7 +9,8 @@ use crate::TokenId;
 /// Temperatures below this are greedy (vLLM draws the same line).
 pub const GREEDY_BELOW: f32 = 1e-5;
 
-/// How a token is chosen from a row of logits. `temperature == 0` means greedy.
+/// How a token is chosen from a row of logits. A temperature below [`GREEDY_BELOW`] (0
+/// included) means greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
     pub temperature: f32,
