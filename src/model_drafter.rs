@@ -4,10 +4,13 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use specgate_strategies::{sample_from, Draft, DraftContext, DraftError, Drafter, TokenId};
+use specgate_strategies::{
+    sample_from, Draft, DraftContext, DraftError, Drafter, TokenId, TrackRecord,
+};
 
 use crate::model::{LogitRows, MatmulBackend, Model, ModelError, SeqId};
 use crate::tokenizer::Tokenizer;
@@ -22,6 +25,17 @@ pub struct ModelDrafter {
     seq: SeqId,
     fed: Vec<TokenId>, // tokens in the draft model's cache
     rng: ChaCha8Rng,
+    record: Record,
+}
+
+/// What this drafter measured over the sequences it drafted for (see [`TrackRecord`]).
+#[derive(Debug, Default)]
+struct Record {
+    accepted: f64,
+    judged: f64,
+    step_secs: Option<f64>,
+    /// Tokens of the draft awaiting its verdict.
+    pending: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +116,7 @@ impl ModelDrafter {
             seq,
             fed: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
+            record: Record::default(),
         })
     }
 
@@ -151,6 +166,7 @@ impl Drafter for ModelDrafter {
             .context_length
             .saturating_sub(ctx.tokens.len() + 1);
         let k = k.min(room);
+        let started = Instant::now();
         let mut logits = self.sync(ctx.tokens).map_err(err)?;
         let mut draft = Draft {
             tokens: Vec::with_capacity(k),
@@ -175,7 +191,32 @@ impl Drafter for ModelDrafter {
                 logits = out.row(0, 0).to_vec();
             }
         }
+        if k > 0 {
+            let step = started.elapsed().as_secs_f64() / k as f64;
+            let r = &mut self.record;
+            r.step_secs = Some(r.step_secs.map_or(step, |s| s + 0.3 * (step - s)));
+            r.pending = k;
+        }
         Ok(draft)
+    }
+
+    fn on_commit(&mut self, _: &DraftContext<'_>, accepted: usize) {
+        let r = &mut self.record;
+        if r.pending > 0 {
+            r.accepted += accepted as f64;
+            r.judged += (accepted + usize::from(accepted < r.pending)) as f64;
+            r.pending = 0;
+        }
+    }
+
+    fn track_record(&self) -> Option<TrackRecord> {
+        let r = &self.record;
+        let step_secs = r.step_secs?;
+        (r.judged > 0.0).then(|| TrackRecord {
+            alpha: r.accepted / r.judged,
+            judged: r.judged,
+            step_secs,
+        })
     }
 }
 

@@ -145,6 +145,11 @@ impl SequenceState {
         row_cost: Option<f32>,
         vocab: usize,
     ) -> RoundInput {
+        if let (Some(c), 0) = (self.controller.as_mut(), self.stats.rounds) {
+            if let Some(r) = drafter.track_record() {
+                c.seed(r.alpha, r.judged, r.step_secs);
+            }
+        }
         let wanted = self
             .controller
             .as_mut()

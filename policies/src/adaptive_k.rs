@@ -17,6 +17,8 @@ pub const PROBE_EVERY: usize = 16;
 const PROBE_K: usize = 2;
 /// The share of a request's time probes of a losing drafter may take, at most.
 const PROBE_BUDGET: f64 = 0.02;
+/// Most judged positions a drafter's earlier record counts for (about one decayed window).
+const SEED_WEIGHT: f64 = 8.0;
 /// Per-round decay of the α evidence: about the last ten rounds count.
 const DECAY: f64 = 0.9;
 /// Smoothing of measured times.
@@ -55,6 +57,19 @@ impl AdaptiveK {
             pass_secs: vec![None; k_max + 1],
             draft_secs: None,
             rounds_plain: 0,
+        }
+    }
+
+    /// Start from what the drafter measured before: `alpha` over `judged` positions (capped
+    /// so this request's own rounds soon outweigh it) and its draft step's seconds.
+    pub fn seed(&mut self, alpha: f64, judged: f64, step_secs: f64) {
+        let weight = judged.clamp(0.0, SEED_WEIGHT);
+        if weight > 0.0 && alpha.is_finite() {
+            self.accepted = alpha.clamp(0.0, 1.0) * weight;
+            self.judged = weight;
+        }
+        if step_secs.is_finite() && step_secs >= 0.0 {
+            self.draft_secs = Some(step_secs);
         }
     }
 
@@ -236,6 +251,17 @@ mod tests {
         ctl.observe(2, 2, 0.0, 1.2);
         ctl.observe(0, 0, 0.0, 1.0);
         assert_eq!(ctl.next_k(), 8);
+    }
+
+    #[test]
+    fn a_drafter_known_to_lose_starts_on_plain() {
+        let mut ctl = AdaptiveK::new(8, 0.5);
+        ctl.seed(0.02, 100.0, 0.6);
+        assert_eq!(ctl.next_k(), 0, "no opening probe");
+        // A known good, cheap one starts past the probe's k.
+        let mut ctl = AdaptiveK::new(8, 0.5);
+        ctl.seed(0.9, 100.0, 0.0);
+        assert!(ctl.next_k() > PROBE_K);
     }
 
     #[test]

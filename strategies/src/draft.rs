@@ -78,6 +78,19 @@ pub struct DraftContext<'a> {
 #[error("drafter failed: {0}")]
 pub struct DraftError(pub String);
 
+/// What a drafter measured about itself on the sequences it drafted before: a new
+/// request's k controller starts from it rather than from nothing, so a drafter known to be
+/// dear and seldom accepted is not probed again at the start of every request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrackRecord {
+    /// Accepted over judged draft positions.
+    pub alpha: f64,
+    /// How many positions were judged (the evidence's weight).
+    pub judged: f64,
+    /// Seconds of one draft step, averaged.
+    pub step_secs: f64,
+}
+
 /// A draft strategy.
 ///
 /// Contract: `propose` returns at most `max_draft_tokens` tokens that would follow
@@ -102,6 +115,11 @@ pub trait Drafter {
 
     /// The sequence ended; a drafter that learns from finished text (suffix) records it here.
     fn finish(&mut self) {}
+
+    /// What this drafter measured on earlier sequences, if it keeps such a record.
+    fn track_record(&self) -> Option<TrackRecord> {
+        None
+    }
 }
 
 /// No drafts: one token per target pass, the baseline every figure is compared with.

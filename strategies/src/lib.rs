@@ -18,7 +18,7 @@ pub mod verify;
 /// A token id in the target model's vocabulary.
 pub type TokenId = u32;
 
-pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter};
+pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter, TrackRecord};
 pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
