@@ -4,12 +4,12 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use specgate_strategies::{
-    sample_from, Draft, DraftContext, DraftError, Drafter, TokenId, TrackRecord,
+    sample_from, Draft, DraftContext, DraftError, Drafter, SpecStats, TokenId, TrackRecord,
 };
 
 use crate::model::{LogitRows, MatmulBackend, Model, ModelError, SeqId};
@@ -25,17 +25,10 @@ pub struct ModelDrafter {
     seq: SeqId,
     fed: Vec<TokenId>, // tokens in the draft model's cache
     rng: ChaCha8Rng,
-    record: Record,
-}
-
-/// What this drafter measured over the sequences it drafted for (see [`TrackRecord`]).
-#[derive(Debug, Default)]
-struct Record {
-    accepted: f64,
-    judged: f64,
-    step_secs: Option<f64>,
-    /// Tokens of the draft awaiting its verdict.
-    pending: usize,
+    /// Its rounds over every sequence it drafted for (see [`TrackRecord`]), and the last
+    /// draft awaiting its verdict: tokens and drafting time.
+    record: SpecStats,
+    pending: (usize, Duration),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +109,8 @@ impl ModelDrafter {
             seq,
             fed: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
-            record: Record::default(),
+            record: SpecStats::default(),
+            pending: (0, Duration::ZERO),
         })
     }
 
@@ -191,31 +185,23 @@ impl Drafter for ModelDrafter {
                 logits = out.row(0, 0).to_vec();
             }
         }
-        if k > 0 {
-            let step = started.elapsed().as_secs_f64() / k as f64;
-            let r = &mut self.record;
-            r.step_secs = Some(r.step_secs.map_or(step, |s| s + 0.3 * (step - s)));
-            r.pending = k;
-        }
+        self.pending = (k, started.elapsed());
         Ok(draft)
     }
 
     fn on_commit(&mut self, _: &DraftContext<'_>, accepted: usize) {
-        let r = &mut self.record;
-        if r.pending > 0 {
-            r.accepted += accepted as f64;
-            r.judged += (accepted + usize::from(accepted < r.pending)) as f64;
-            r.pending = 0;
+        if let (drafted @ 1.., secs) = std::mem::take(&mut self.pending) {
+            self.record
+                .record_round(drafted, accepted, secs, Duration::ZERO);
         }
     }
 
     fn track_record(&self) -> Option<TrackRecord> {
         let r = &self.record;
-        let step_secs = r.step_secs?;
-        (r.judged > 0.0).then(|| TrackRecord {
-            alpha: r.accepted / r.judged,
-            judged: r.judged,
-            step_secs,
+        (r.verified > 0).then(|| TrackRecord {
+            alpha: r.alpha(),
+            judged: r.verified as f64,
+            step_secs: r.draft_time.as_secs_f64() / r.drafted as f64,
         })
     }
 }

@@ -144,7 +144,7 @@ impl AdaptiveK {
     /// spent drafting and in the target pass.
     pub fn observe(&mut self, drafted: usize, accepted: usize, draft_secs: f64, pass_secs: f64) {
         if drafted > 0 {
-            let judged = accepted + usize::from(accepted < drafted);
+            let judged = specgate_strategies::judged_positions(drafted, accepted);
             self.accepted = self.accepted * DECAY + accepted as f64;
             self.judged = self.judged * DECAY + judged as f64;
             let per_step = draft_secs / drafted as f64;

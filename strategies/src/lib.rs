@@ -24,7 +24,7 @@ pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
-pub use stats::{expected_tokens_per_pass, predicted_speedup, SpecStats};
+pub use stats::{expected_tokens_per_pass, judged_positions, predicted_speedup, SpecStats};
 pub use suffix::{SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex, SuffixStep};
 pub use tree::{build_tree, select_tree, verify_tree_greedy, DraftTree, PoolNode, TreeVerdict};
 pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

@@ -2,6 +2,12 @@
 
 use std::time::Duration;
 
+/// Draft positions the target judged in a round: the accepted ones, plus the first
+/// rejection if there was one (verification stops there).
+pub fn judged_positions(drafted: usize, accepted: usize) -> usize {
+    accepted + usize::from(accepted < drafted)
+}
+
 /// Totals over the rounds of one sequence.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SpecStats {
@@ -32,7 +38,7 @@ impl SpecStats {
         self.rounds += 1;
         self.drafted += drafted as u64;
         self.accepted += accepted as u64;
-        self.verified += (accepted + usize::from(accepted < drafted)) as u64;
+        self.verified += judged_positions(drafted, accepted) as u64;
         if self.accepted_per_pos.len() < accepted {
             self.accepted_per_pos.resize(accepted, 0);
         }
