@@ -9,6 +9,7 @@
 //! prompt sets, `max_tokens` each, default 128) are generated once and cached in
 //! `target/suffix_replay.json`; delete it after changing the model, prompts or length.
 //! With `DUMP=1`, every drafted token's evidence and outcome go to `target/suffix_steps.csv`.
+//! With `CORPUS=PATH`, the drafter also consults that answer corpus (`specgate build-corpus`).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -19,7 +20,7 @@ use specgate::loaded::LoadedModel;
 use specgate::prompts::load_prompt_sets;
 use specgate_strategies::draft::{DraftContext, Drafter, PlainDrafter};
 use specgate_strategies::suffix::{SuffixCache, SuffixDrafter, TOKENS_PER_PASS_FORGONE};
-use specgate_strategies::{SamplingParams, TokenId};
+use specgate_strategies::{SamplingParams, SharedCorpus, TokenId};
 
 /// Verify cost by rows, as a share of one row (`bench decode` on a 2-vCPU Zen 4 with the
 /// AVX-512 kernels: 1, 2, 4, 8, 16 rows after 300 cached at 4.11, 4.29, 5.12, 7.45, 13.84 ms).
@@ -127,12 +128,14 @@ fn match_len(h: &[TokenId]) -> usize {
 }
 
 /// Every drafted token up to a round's first rejection, with its evidence and outcome, as CSV.
-fn dump(cases: &[Case]) -> anyhow::Result<()> {
-    let mut csv = String::from("set,pos,j,depth,share,count,mlen,prev_acc,prev_len,accepted\n");
+fn dump(cases: &[Case], corpus: Option<SharedCorpus>) -> anyhow::Result<()> {
+    let mut csv =
+        String::from("set,pos,j,depth,share,count,corpus,mlen,prev_acc,prev_len,accepted\n");
     for set in ["code_edit", "rag", "creative", "chat"] {
         let shared = Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)));
         for (_, prompt, out) in cases.iter().filter(|c| c.0 == set) {
-            let mut d = SuffixDrafter::new(8, 0.2, Some(shared.clone()));
+            let mut d =
+                SuffixDrafter::new(8, 0.2, Some(shared.clone())).with_corpus(corpus.clone());
             let all: Vec<TokenId> = prompt.iter().chain(out).copied().collect();
             let (mut pos, mut prev) = (prompt.len() + 1, (0, 0));
             while pos < all.len() {
@@ -142,11 +145,12 @@ fn dump(cases: &[Case]) -> anyhow::Result<()> {
                 for (j, st) in steps.iter().enumerate() {
                     let ok = all.get(pos + j) == Some(&st.token);
                     csv += &format!(
-                        "{set},{},{j},{},{},{},{mlen},{},{},{}\n",
+                        "{set},{},{j},{},{},{},{},{mlen},{},{},{}\n",
                         pos - prompt.len(),
                         st.depth,
                         st.share,
                         st.count,
+                        st.from_corpus as u8,
                         prev.0,
                         prev.1,
                         ok as u8
@@ -172,8 +176,18 @@ fn main() -> anyhow::Result<()> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(128);
     let cases = cases(max_tokens)?;
+    let corpus = match std::env::var_os("CORPUS") {
+        Some(path) => {
+            let model = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+            let lm = LoadedModel::load(model)?;
+            let c = specgate::answer_corpus::load(Path::new(&path), model, &lm.tokenizer, 8)?;
+            println!("corpus: {} tokens", c.len_tokens());
+            Some(c)
+        }
+        None => None,
+    };
     if std::env::var_os("DUMP").is_some() {
-        return dump(&cases);
+        return dump(&cases, corpus);
     }
     let sets = ["code_edit", "rag", "creative", "chat"];
     println!("| rule | k | {} |", sets.join(" | "));
@@ -193,7 +207,8 @@ fn main() -> anyhow::Result<()> {
                 let shared = Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)));
                 let (mut tokens, mut cost) = (0.0, 0.0);
                 for case in cases.iter().filter(|c| c.0 == set) {
-                    let mut d = SuffixDrafter::new(8, 0.2, Some(shared.clone()));
+                    let mut d = SuffixDrafter::new(8, 0.2, Some(shared.clone()))
+                        .with_corpus(corpus.clone());
                     let (t, c) = replay(&mut d, case, k, floor, oracle);
                     tokens += t;
                     cost += c;

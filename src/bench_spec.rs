@@ -67,6 +67,7 @@ pub struct SpecBenchConfig {
     pub draft_model: Option<PathBuf>,
     /// Medusa heads' directory (None: the shipped heads for the model).
     pub medusa_heads: Option<PathBuf>,
+    pub corpus: crate::answer_corpus::CorpusSource,
     pub exit_layer: usize,
     pub sampling: SamplingParams,
     /// A fixed verify-row price for the speculative runs (None: each run fits its own).
@@ -165,6 +166,9 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         draft_model: cfg.draft_model.clone(),
         exit_layer: cfg.exit_layer,
         suffix_cache: None,
+        corpus: cfg
+            .corpus
+            .load(&cfg.model, &lm.tokenizer, SUFFIX_MAX_DEPTH)?,
         seed: 0,
         medusa_heads: cfg.medusa_heads.clone(),
     };

@@ -44,6 +44,13 @@ pub struct ServeArgs {
     /// Medusa heads for the `medusa` strategy (default: the shipped heads for the model).
     #[arg(long)]
     medusa_heads: Option<PathBuf>,
+    /// Answer corpus the suffix strategies consult for every tenant (default: the shipped
+    /// one for the model, `specgate build-corpus` writes one).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Suffix drafting from tenants' own text only.
+    #[arg(long)]
+    no_corpus: bool,
     #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
     /// Most tokens in one engine step (decode, verify and prefill rows together).
@@ -152,6 +159,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         admin_token: args.admin_token,
         draft_model: args.draft_model,
         medusa_heads: args.medusa_heads,
+        corpus: specgate::answer_corpus::CorpusSource::from_flags(args.corpus, args.no_corpus),
         exit_layer: args.exit_layer,
         engine: specgate::engine::EngineConfig {
             max_batch_tokens: args.max_batch_tokens,
@@ -292,9 +300,9 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         std::fs::write(args.out.join("policy.md"), md)?;
         return Ok(());
     }
-    let rows =
+    let run =
         specgate::loadgen::loadgen(&cfg, args.admin_token.as_deref(), &mut std::io::stderr())?;
-    println!("{}", specgate::loadgen::markdown(&rows));
-    specgate::loadgen::write_results(&args.out, &rows)?;
+    println!("{}", specgate::loadgen::markdown(&run.rows));
+    specgate::loadgen::write_results(&args.out, &run)?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! chat template, generation, model fetching and the benchmarks; the pure speculative core
 //! lives in `specgate-strategies`, compute kernels in `specgate-kernels`.
 
+pub mod answer_corpus;
 pub mod bench;
 pub mod bench_policy;
 pub mod bench_spec;
@@ -20,6 +21,7 @@ pub mod heads_trainer;
 pub mod history;
 pub mod loaded;
 pub mod loadgen;
+pub mod loadgen_report;
 pub mod medusa_heads;
 pub mod model;
 pub mod model_drafter;

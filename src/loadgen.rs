@@ -1,7 +1,8 @@
 //! `specgate loadgen`: a load generator against a running server. For each concurrency level
 //! it runs the same mix of workload classes with speculation on (the server's plan) and off
-//! (`speculation: {"enabled": false}`), back to back in one run, and reports throughput, time
-//! to first token and inter-token latency percentiles, overall and per class.
+//! (`speculation: {"enabled": false}`) in one run (alternating per request at concurrency 1,
+//! per pass above it), and reports throughput, time to first token and inter-token latency
+//! percentiles, overall and per class (`loadgen_report`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,6 +13,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+pub(crate) use crate::loadgen_report::percentile;
+use crate::loadgen_report::summarise;
+pub use crate::loadgen_report::{markdown, write_results, LevelReport, LoadgenRun, RequestRecord};
 use crate::prompts::{load_prompt_sets, PromptSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -53,29 +57,16 @@ pub enum SpecMode {
 }
 
 /// One finished request.
-#[derive(Debug, Clone)]
-pub(crate) struct Sample {
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
     pub class: String,
     pub ttft: f64,
     /// Mean seconds per output token after the first (TPOT).
     pub itl: f64,
     pub tokens: usize,
     pub e2e: f64,
-}
-
-/// One level × mode.
-#[derive(Debug, Clone, Serialize)]
-pub struct LevelReport {
-    pub concurrency: usize,
-    pub speculation: bool,
-    pub class: String, // "all" or one class
-    pub requests: usize,
-    pub errors: usize,
-    pub tokens_per_second: f64,
-    pub ttft_p50: f64,
-    pub ttft_p95: f64,
-    pub itl_p50: f64,
-    pub itl_p95: f64,
+    /// The server's `usage.speculative`: strategy, k, drafted, accepted, target passes.
+    pub speculative: Value,
 }
 
 fn http_err(e: ureq::Error) -> LoadgenError {
@@ -144,6 +135,7 @@ pub(crate) fn one_request(
         .send_json(body)
         .map_err(http_err)?;
     let (mut first, mut last, mut tokens) = (None, start, 0usize);
+    let mut speculative = Value::Null;
     for line in BufReader::new(resp.into_reader()).lines() {
         let line = line?;
         let Some(data) = line.strip_prefix("data: ") else {
@@ -152,7 +144,7 @@ pub(crate) fn one_request(
         if data == "[DONE]" {
             break;
         }
-        let v: Value = serde_json::from_str(data)
+        let mut v: Value = serde_json::from_str(data)
             .map_err(|e| LoadgenError::Protocol(format!("{e}: {data}")))?;
         if let Some(err) = v.get("error") {
             return Err(LoadgenError::Protocol(err.to_string()));
@@ -167,6 +159,7 @@ pub(crate) fn one_request(
         }
         if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
             tokens = n as usize;
+            speculative = v["usage"]["speculative"].take();
         }
     }
     let first = first.unwrap_or(last);
@@ -182,17 +175,12 @@ pub(crate) fn one_request(
         itl,
         tokens,
         e2e: start.elapsed().as_secs_f64(),
+        speculative,
     })
 }
 
-pub(crate) fn percentile(xs: &mut [f64], p: f64) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(f64::total_cmp);
-    let i = ((xs.len() - 1) as f64 * p).round() as usize;
-    xs[i]
-}
+/// One mode's share of a run: its samples, its failed requests and its time.
+type ModeRun = (Vec<Sample>, usize, Duration);
 
 /// Run `n` requests over `c` client threads; returns the samples, the errors and wall time.
 fn run_level(
@@ -203,10 +191,15 @@ fn run_level(
     c: usize,
     n: usize,
     spec: bool,
-) -> (Vec<Sample>, usize, Duration) {
+) -> ModeRun {
     let next = AtomicUsize::new(0);
     let samples = Mutex::new(Vec::with_capacity(n));
     let errors = AtomicUsize::new(0);
+    let mode = if spec {
+        SpecMode::Server
+    } else {
+        SpecMode::Off
+    };
     let start = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..c {
@@ -216,11 +209,6 @@ fn run_level(
                     break;
                 }
                 let (class, prompt) = &mix[i % mix.len()];
-                let mode = if spec {
-                    SpecMode::Server
-                } else {
-                    SpecMode::Off
-                };
                 match one_request(cfg, key, model, class, prompt, &mode) {
                     Ok(s) => samples.lock().unwrap_or_else(|p| p.into_inner()).push(s),
                     Err(e) => {
@@ -235,29 +223,40 @@ fn run_level(
     (samples, errors.into_inner(), start.elapsed())
 }
 
-fn summarise(
-    c: usize,
-    spec: bool,
-    class: &str,
-    samples: &[&Sample],
-    errors: usize,
-    wall: Duration,
-) -> LevelReport {
-    let tokens: usize = samples.iter().map(|s| s.tokens).sum();
-    let mut ttft: Vec<f64> = samples.iter().map(|s| s.ttft).collect();
-    let mut itl: Vec<f64> = samples.iter().map(|s| s.itl).collect();
-    LevelReport {
-        concurrency: c,
-        speculation: spec,
-        class: class.to_string(),
-        requests: samples.len(),
-        errors,
-        tokens_per_second: tokens as f64 / wall.as_secs_f64().max(1e-9),
-        ttft_p50: percentile(&mut ttft, 0.5),
-        ttft_p95: percentile(&mut ttft, 0.95),
-        itl_p50: percentile(&mut itl, 0.5),
-        itl_p95: percentile(&mut itl, 0.95),
+/// Concurrency 1 with the modes paired per request: each prompt runs with speculation on
+/// (as `keys[0]`'s tenant) and off (`keys[1]`'s), in alternating order, so the drift of a
+/// noisy machine (its plain speed moved 25% between passes a minute apart) hits both modes
+/// alike instead of whichever pass it fell in. Each mode's time is the sum of its requests'.
+fn run_paired(
+    cfg: &LoadgenConfig,
+    keys: [&str; 2],
+    model: &str,
+    mix: &[(String, String)],
+    n: usize,
+) -> [ModeRun; 2] {
+    let mut runs: [ModeRun; 2] = Default::default();
+    for i in 0..n {
+        let (class, prompt) = &mix[i % mix.len()];
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        for m in order {
+            let mode = if m == 0 {
+                SpecMode::Server
+            } else {
+                SpecMode::Off
+            };
+            match one_request(cfg, keys[m], model, class, prompt, &mode) {
+                Ok(s) => {
+                    runs[m].2 += Duration::from_secs_f64(s.e2e);
+                    runs[m].0.push(s);
+                }
+                Err(e) => {
+                    eprintln!("loadgen: request failed: {e}");
+                    runs[m].1 += 1;
+                }
+            }
+        }
     }
+    runs
 }
 
 /// The prompt sets as one list of (class, prompt), classes interleaved so every level sees
@@ -289,7 +288,7 @@ pub fn loadgen(
     cfg: &LoadgenConfig,
     admin_token: Option<&str>,
     log: &mut dyn std::io::Write,
-) -> Result<Vec<LevelReport>, LoadgenError> {
+) -> Result<LoadgenRun, LoadgenError> {
     let sets = load_prompt_sets(&cfg.prompt_dir)?;
     let mix = interleave(&sets)?;
     let recurs = cfg.repeats > 1 || cfg.concurrency.len() > 1 || cfg.requests > mix.len();
@@ -323,18 +322,26 @@ pub fn loadgen(
             run_level(cfg, &key, &model, &mix, 1, mix.len(), true);
         }
     }
-    let mut rows = Vec::new();
+    let mut run = LoadgenRun::default();
     for &c in &cfg.concurrency {
         let n = cfg.requests.max(c);
-        // Modes alternate `repeats` times so drift of a noisy machine hits both alike.
-        let mut runs: [(Vec<Sample>, usize, Duration); 2] = Default::default();
+        // Modes alternate `repeats` times so drift of a noisy machine hits both alike; one
+        // client alternates them per request.
+        let mut runs: [ModeRun; 2] = Default::default();
         for r in 0..cfg.repeats.max(1) {
-            for (m, spec) in [true, false].into_iter().enumerate() {
-                let key = key_for(c, r, if spec { "on" } else { "off" })?;
-                let (samples, errors, wall) = run_level(cfg, &key, &model, &mix, c, n, spec);
-                runs[m].0.extend(samples);
-                runs[m].1 += errors;
-                runs[m].2 += wall;
+            let keys = [key_for(c, r, "on")?, key_for(c, r, "off")?];
+            let got = if c == 1 {
+                run_paired(cfg, [&keys[0], &keys[1]], &model, &mix, n)
+            } else {
+                [true, false].map(|spec| {
+                    let key = &keys[usize::from(!spec)];
+                    run_level(cfg, key, &model, &mix, c, n, spec)
+                })
+            };
+            for (run, (samples, errors, wall)) in runs.iter_mut().zip(got) {
+                run.0.extend(samples);
+                run.1 += errors;
+                run.2 += wall;
             }
         }
         for (m, spec) in [true, false].into_iter().enumerate() {
@@ -349,62 +356,19 @@ pub fn loadgen(
                 row.itl_p50 * 1e3,
                 errors
             )?;
-            rows.push(row);
+            run.rows.push(row);
             for set in &sets {
                 let of: Vec<&Sample> = samples.iter().filter(|s| s.class == set.name).collect();
                 if !of.is_empty() {
-                    rows.push(summarise(c, spec, &set.name, &of, 0, *wall));
+                    run.rows.push(summarise(c, spec, &set.name, &of, 0, *wall));
                 }
             }
+            run.requests.extend(samples.iter().map(|s| RequestRecord {
+                concurrency: c,
+                speculation: spec,
+                sample: s.clone(),
+            }));
         }
     }
-    Ok(rows)
-}
-
-/// The report as a markdown table, with speculation on/off ratios per level and class.
-pub fn markdown(rows: &[LevelReport]) -> String {
-    let mut out = String::from(
-        "| concurrency | class | spec | requests | errors | tok/s | TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms | ITL off/on | tok/s on/off |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in rows {
-        let twin = rows.iter().find(|o| {
-            o.concurrency == r.concurrency && o.class == r.class && o.speculation != r.speculation
-        });
-        let (itl_ratio, tps_ratio) = match (r.speculation, twin) {
-            (true, Some(off)) => (
-                format!("{:.2}", off.itl_p50 / r.itl_p50.max(1e-9)),
-                format!(
-                    "{:.2}",
-                    r.tokens_per_second / off.tokens_per_second.max(1e-9)
-                ),
-            ),
-            _ => (String::new(), String::new()),
-        };
-        out += &format!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.1} | {:.1} | {} | {} |\n",
-            r.concurrency,
-            r.class,
-            if r.speculation { "on" } else { "off" },
-            r.requests,
-            r.errors,
-            r.tokens_per_second,
-            r.ttft_p50 * 1e3,
-            r.ttft_p95 * 1e3,
-            r.itl_p50 * 1e3,
-            r.itl_p95 * 1e3,
-            itl_ratio,
-            tps_ratio
-        );
-    }
-    out
-}
-
-pub fn write_results(dir: &Path, rows: &[LevelReport]) -> Result<(), LoadgenError> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("loadgen.md"), markdown(rows))?;
-    let json =
-        serde_json::to_string_pretty(rows).map_err(|e| LoadgenError::Protocol(e.to_string()))?;
-    std::fs::write(dir.join("loadgen.json"), json)?;
-    Ok(())
+    Ok(run)
 }

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 mod calibrate_cli;
+mod corpus_cli;
 mod gateway_cli;
 mod train_cli;
 use serde_json::json;
@@ -15,7 +16,7 @@ use specgate::chat::ChatMessage;
 use specgate::fetch::{default_model_path, ensure_default_model};
 use specgate::generate::{generate, GenerateParams};
 use specgate::loaded::LoadedModel;
-use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind};
+use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
 use specgate::SamplingParams;
 
 #[derive(Parser)]
@@ -45,6 +46,9 @@ enum Command {
     /// Calibrate Medusa heads (the temperatures and coverage tree drafting ranks candidates
     /// by) on the held-out continuations of their training prompts.
     CalibrateHeads(calibrate_cli::CalibrateHeadsArgs),
+    /// Write the answer corpus suffix drafting consults for every tenant: the model's greedy
+    /// answers to generic prompts.
+    BuildCorpus(corpus_cli::BuildCorpusArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -100,6 +104,12 @@ enum BenchCommand {
         /// Medusa heads' directory for the medusa strategies (default: the shipped heads).
         #[arg(long)]
         medusa_heads: Option<PathBuf>,
+        /// Answer corpus for the suffix strategies (default: the shipped one for the model).
+        #[arg(long)]
+        corpus: Option<PathBuf>,
+        /// Suffix drafting without the answer corpus.
+        #[arg(long)]
+        no_corpus: bool,
         #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
         exit_layer: usize,
         #[arg(long, default_value_t = 0.0)]
@@ -174,6 +184,12 @@ struct GenerateArgs {
     /// Medusa heads' directory for --strategy medusa (default: the shipped heads).
     #[arg(long)]
     medusa_heads: Option<PathBuf>,
+    /// Answer corpus for the suffix strategies (default: the shipped one for the model).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Suffix drafting without the answer corpus.
+    #[arg(long)]
+    no_corpus: bool,
     /// Choose k each round (up to --k) from the measured acceptance and costs, plain
     /// decoding included.
     #[arg(long)]
@@ -241,6 +257,11 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         draft_model: args.draft_model.clone(),
         exit_layer: args.exit_layer,
         suffix_cache: None,
+        corpus: specgate::answer_corpus::CorpusSource::from_flags(
+            args.corpus.clone(),
+            args.no_corpus,
+        )
+        .load(&path, &lm.tokenizer, SUFFIX_MAX_DEPTH)?,
         seed: args.seed,
         medusa_heads: args.medusa_heads.clone(),
     };
@@ -304,6 +325,7 @@ fn run() -> Result<()> {
         Command::CalibrateHeads(args) => {
             calibrate_cli::run(resolve_model(args.model.clone())?, args)
         }
+        Command::BuildCorpus(args) => corpus_cli::run(resolve_model(args.model.clone())?, args),
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);
@@ -339,6 +361,8 @@ fn run() -> Result<()> {
                     max_tokens,
                     draft_model,
                     medusa_heads,
+                    corpus,
+                    no_corpus,
                     exit_layer,
                     temperature,
                     row_cost,
@@ -377,6 +401,7 @@ fn run() -> Result<()> {
                 max_tokens,
                 draft_model,
                 medusa_heads,
+                corpus: specgate::answer_corpus::CorpusSource::from_flags(corpus, no_corpus),
                 exit_layer,
                 sampling: SamplingParams {
                     temperature,

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 pub use specgate_strategies::StrategyKind;
 use specgate_strategies::{
-    FallbackBudget, FallbackDrafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedSuffixCache,
-    SuffixDrafter, UnknownStrategy,
+    FallbackBudget, FallbackDrafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedCorpus,
+    SharedSuffixCache, SuffixDrafter, UnknownStrategy,
 };
 
 use crate::model_drafter::{DraftModelError, ModelDrafter};
@@ -32,6 +32,8 @@ pub struct DrafterConfig {
     pub exit_layer: usize,
     /// Earlier requests' text for suffix drafting (one scope: a process, later a tenant).
     pub suffix_cache: Option<SharedSuffixCache>,
+    /// The answer corpus suffix drafting also consults (`crate::answer_corpus`).
+    pub corpus: Option<SharedCorpus>,
     pub seed: u64,
     /// Medusa heads' directory (default: the shipped heads for the target).
     pub medusa_heads: Option<PathBuf>,
@@ -61,7 +63,9 @@ impl BuildDrafter for StrategyKind {
         Ok(match self {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => Box::new(suffix_drafter(cfg.suffix_cache.clone())),
+            StrategyKind::Suffix => {
+                Box::new(suffix_drafter(cfg.suffix_cache.clone(), cfg.corpus.clone()))
+            }
             StrategyKind::Draft => {
                 let path = cfg
                     .draft_model
@@ -80,7 +84,8 @@ impl BuildDrafter for StrategyKind {
                     .clone()
                     .unwrap_or_else(|| crate::medusa_heads::default_dir(&cfg.target_path));
                 let b = crate::medusa_heads::load(&dir, &cfg.target_path)?;
-                medusa_drafter(self, &b, cfg.seed, cfg.suffix_cache.clone())
+                let (cache, corpus) = (cfg.suffix_cache.clone(), cfg.corpus.clone());
+                medusa_drafter(self, &b, cfg.seed, cache, corpus)
             }
         })
     }
@@ -111,9 +116,13 @@ pub const SUFFIX_MEDUSA_HEADS: FallbackBudget = FallbackBudget {
 /// 1.10 / 1.05 / 1.03; 0.3 did no better.
 pub const MEDUSA_MIN_CHANCE: f32 = 0.2;
 
-/// A suffix drafter over `cache` (earlier requests' text of one scope), or the sequence alone.
-pub fn suffix_drafter(cache: Option<SharedSuffixCache>) -> SuffixDrafter {
-    SuffixDrafter::new(SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE, cache)
+/// A suffix drafter over `cache` (earlier requests' text of one scope) and `corpus` (text of
+/// no scope), or the sequence alone.
+pub fn suffix_drafter(
+    cache: Option<SharedSuffixCache>,
+    corpus: Option<SharedCorpus>,
+) -> SuffixDrafter {
+    SuffixDrafter::new(SUFFIX_MAX_DEPTH, SUFFIX_MIN_SCORE, cache).with_corpus(corpus)
 }
 
 /// A drafter over loaded Medusa heads: `medusa-tree` drafts trees for greedy requests;
@@ -123,6 +132,7 @@ pub fn medusa_drafter(
     b: &crate::medusa_heads::MedusaBundle,
     seed: u64,
     suffix_cache: Option<SharedSuffixCache>,
+    corpus: Option<SharedCorpus>,
 ) -> BoxedDrafter {
     let d = MedusaDrafter::new(b.heads.clone(), b.lm_head.clone(), seed)
         .with_min_chance(MEDUSA_MIN_CHANCE);
@@ -130,7 +140,7 @@ pub fn medusa_drafter(
         StrategyKind::MedusaTree => Box::new(d.with_tree(MEDUSA_TREE_NODES)),
         StrategyKind::SuffixMedusa => Box::new(FallbackDrafter::new(
             kind.name(),
-            Box::new(suffix_drafter(suffix_cache)),
+            Box::new(suffix_drafter(suffix_cache, corpus)),
             Box::new(d.with_tree(MEDUSA_TREE_NODES)),
             SUFFIX_MEDUSA_HEADS,
         )),

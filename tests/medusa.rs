@@ -17,6 +17,7 @@ fn config(heads: Option<std::path::PathBuf>) -> DrafterConfig {
         draft_model: None,
         exit_layer: DEFAULT_EXIT_LAYER,
         suffix_cache: None,
+        corpus: None,
         seed: 0,
         medusa_heads: heads,
     }

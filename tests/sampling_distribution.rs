@@ -84,6 +84,7 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
         draft_model: None,
         exit_layer: DEFAULT_EXIT_LAYER,
         suffix_cache: None,
+        corpus: None,
         seed: 11,
         medusa_heads: None,
     };

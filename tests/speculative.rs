@@ -42,6 +42,10 @@ fn drafters(lm: &specgate::loaded::LoadedModel) -> Vec<(StrategyKind, BoxedDraft
         draft_model: Some(common::model_path()),
         exit_layer: DEFAULT_EXIT_LAYER,
         suffix_cache: Some(Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)))),
+        // The shipped answer corpus, as the gateway serves with it.
+        corpus: specgate::answer_corpus::CorpusSource::Default
+            .load(&common::model_path(), &lm.tokenizer, 8)
+            .unwrap(),
         seed: 0,
         medusa_heads: None,
     };

@@ -36,6 +36,8 @@ pub enum ServeError {
     DraftModel(#[from] DraftModelError),
     #[error("loading Medusa heads: {0}")]
     Medusa(#[from] crate::medusa_heads::MedusaError),
+    #[error(transparent)]
+    Corpus(#[from] crate::answer_corpus::CorpusError),
     #[error("opening the store: {0}")]
     Store(#[from] sled::Error),
     #[error("migrating the store: {0}")]
@@ -60,6 +62,8 @@ pub struct ServeConfig {
     pub draft_model: Option<PathBuf>,
     /// Medusa heads' directory (default: the shipped heads for the model, if any).
     pub medusa_heads: Option<PathBuf>,
+    /// The answer corpus the suffix strategies consult for every tenant.
+    pub corpus: crate::answer_corpus::CorpusSource,
     pub exit_layer: usize,
     pub engine: EngineConfig,
     pub max_tokens_limit: usize,
@@ -118,6 +122,12 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         );
     }
     let medusa = load_medusa(&cfg)?;
+    let corpus = cfg
+        .corpus
+        .load(&cfg.model, &tokenizer, crate::strategy::SUFFIX_MAX_DEPTH)?;
+    if let Some(c) = &corpus {
+        eprintln!("specgate: answer corpus: {} tokens", c.len_tokens());
+    }
     let engine = EngineHandle::start(lm, cfg.engine.clone())?;
     let available: Vec<StrategyKind> = StrategyKind::ALL
         .into_iter()
@@ -133,7 +143,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .map(|&k| {
             let actor = StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults)
                 .with_medusa(medusa.clone())
-                .with_suffix_caches(suffix_caches.clone());
+                .with_suffix_caches(suffix_caches.clone())
+                .with_corpus(corpus.clone());
             (k, actor.start())
         })
         .collect();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use specgate_strategies::{
-    NgramDrafter, PlainDrafter, SharedSuffixCache, StrategyKind, SuffixCache,
+    NgramDrafter, PlainDrafter, SharedCorpus, SharedSuffixCache, StrategyKind, SuffixCache,
 };
 
 use crate::faults::Faults;
@@ -29,6 +29,8 @@ pub struct StrategyActor {
     pub draft_model: Option<SharedModel>,
     medusa: Option<MedusaBundle>,
     suffix_caches: TenantSuffixCaches,
+    /// Text of no tenant that every tenant's suffix drafting consults.
+    corpus: Option<SharedCorpus>,
     faults: Faults,
 }
 
@@ -39,6 +41,7 @@ impl StrategyActor {
             draft_model,
             medusa: None,
             suffix_caches: TenantSuffixCaches::default(),
+            corpus: None,
             faults,
         }
     }
@@ -52,6 +55,12 @@ impl StrategyActor {
     /// Share the tenants' suffix caches with other strategy actors.
     pub fn with_suffix_caches(mut self, caches: TenantSuffixCaches) -> Self {
         self.suffix_caches = caches;
+        self
+    }
+
+    /// The answer corpus the suffix strategies consult after a tenant's own text.
+    pub fn with_corpus(mut self, corpus: Option<SharedCorpus>) -> Self {
+        self.corpus = corpus;
         self
     }
 
@@ -79,7 +88,10 @@ impl StrategyActor {
         let drafter: BoxedDrafter = match self.kind {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => Box::new(suffix_drafter(Some(self.suffix_cache(tenant)))),
+            StrategyKind::Suffix => Box::new(suffix_drafter(
+                Some(self.suffix_cache(tenant)),
+                self.corpus.clone(),
+            )),
             StrategyKind::Draft | StrategyKind::EarlyExit => {
                 let model = self
                     .draft_model
@@ -97,7 +109,7 @@ impl StrategyActor {
                     .medusa
                     .as_ref()
                     .ok_or_else(|| "no Medusa heads loaded".to_string())?;
-                crate::strategy::medusa_drafter(self.kind, b, seed, cache)
+                crate::strategy::medusa_drafter(self.kind, b, seed, cache, self.corpus.clone())
             }
         };
         Ok(self.faults.wrap(drafter))

@@ -1,6 +1,7 @@
 //! Drafting, verification and sampling for specgate: pure functions and types, with no actix,
 //! HTTP, storage or global state. Time and randomness are passed in.
 
+pub mod corpus;
 pub mod draft;
 pub mod fallback;
 pub mod head_matrix;
@@ -18,6 +19,7 @@ pub mod verify;
 /// A token id in the target model's vocabulary.
 pub type TokenId = u32;
 
+pub use corpus::CorpusIndex;
 pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter, TrackRecord};
 pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
@@ -25,6 +27,8 @@ pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, judged_positions, predicted_speedup, SpecStats};
-pub use suffix::{SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex, SuffixStep};
+pub use suffix::{
+    SharedCorpus, SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex, SuffixStep,
+};
 pub use tree::{build_tree, select_tree, verify_tree_greedy, DraftTree, PoolNode, TreeVerdict};
 pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

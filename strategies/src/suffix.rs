@@ -14,6 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use crate::corpus::CorpusIndex;
 use crate::draft::{Draft, DraftContext, DraftError, Drafter};
 use crate::TokenId;
 
@@ -103,6 +104,10 @@ impl SuffixCache {
 /// Shared between the drafters of one scope (a process now, a tenant in the gateway).
 pub type SharedSuffixCache = Arc<Mutex<SuffixCache>>;
 
+/// A read-only index shared by every scope: text that belongs to no tenant (the target's
+/// own answers to generic prompts), so no lock and no eviction.
+pub type SharedCorpus = Arc<CorpusIndex>;
+
 /// The suffix drafter of one sequence.
 #[derive(Debug)]
 pub struct SuffixDrafter {
@@ -110,6 +115,7 @@ pub struct SuffixDrafter {
     indexed: usize, // tokens of the sequence already counted in `local`
     history: Vec<TokenId>,
     shared: Option<SharedSuffixCache>,
+    corpus: Option<SharedCorpus>,
     pub min_score: f32,
 }
 
@@ -120,8 +126,16 @@ impl SuffixDrafter {
             indexed: 0,
             history: Vec::new(),
             shared,
+            corpus: None,
             min_score,
         }
+    }
+
+    /// Also draft from `corpus` where it matches a longer context than this sequence and
+    /// the scope's earlier requests do.
+    pub fn with_corpus(mut self, corpus: Option<SharedCorpus>) -> Self {
+        self.corpus = corpus;
+        self
     }
 
     fn sync(&mut self, tokens: &[TokenId]) {
@@ -176,17 +190,26 @@ pub struct SuffixStep {
     pub count: u32,
     /// The match's length in tokens (at most the index's depth).
     pub depth: usize,
+    /// Whether the answer corpus supplied it (else the sequence or its scope's cache).
+    pub from_corpus: bool,
 }
 
-/// The best continuation of the deepest match among (local, shared) counts.
+/// The best continuation of the deepest match among (local, shared) counts, or the
+/// corpus's where only it matches that deep. The request's own text and its scope's come
+/// first at equal depth: a prompt being copied predicts its own next token better than the
+/// corpus's most common phrase does.
 fn best_next(
     local: &SuffixIndex,
     shared: Option<&SuffixIndex>,
+    corpus: Option<&CorpusIndex>,
     ctx: &[TokenId],
 ) -> Option<SuffixStep> {
     let l = local.lookup(ctx);
     let s = shared.and_then(|s| s.lookup(ctx));
     let depth = l.map_or(0, |x| x.0).max(s.map_or(0, |x| x.0));
+    if let Some(step) = corpus.and_then(|c| c.best_next(ctx, depth)) {
+        return Some(step);
+    }
     let mut merged: HashMap<TokenId, u32> = HashMap::new();
     for (d, m) in [l, s].into_iter().flatten() {
         if d == depth {
@@ -205,6 +228,7 @@ fn best_next(
         share: count as f32 / total as f32,
         count,
         depth,
+        from_corpus: false,
     })
 }
 
@@ -235,10 +259,12 @@ impl SuffixDrafter {
             None => None,
         };
         let shared = guard.as_deref().map(|c| &c.index);
+        let corpus = self.corpus.as_deref();
         let mut context = tokens.to_vec();
         let mut steps = Vec::with_capacity(k);
         while steps.len() < k {
-            let Some(step) = best_next(&self.local, shared, &context).filter(&mut keep) else {
+            let Some(step) = best_next(&self.local, shared, corpus, &context).filter(&mut keep)
+            else {
                 break;
             };
             steps.push(step);
@@ -383,6 +409,23 @@ mod tests {
         assert!(
             propose(&mut third, &[99, 11, 12], 3).is_empty(),
             "evicted text no longer drafts"
+        );
+    }
+
+    #[test]
+    fn the_corpus_drafts_where_it_matches_deeper_and_yields_to_the_sequence_at_equal_depth() {
+        let corpus: SharedCorpus = Arc::new(CorpusIndex::new(4, [&[5, 6, 7, 8, 9][..]]));
+        let drafter = || SuffixDrafter::new(4, 0.0, None).with_corpus(Some(corpus.clone()));
+        // Nothing of the sequence matches [6, 7]: the corpus continues it.
+        assert_eq!(propose(&mut drafter(), &[1, 6, 7], 2), vec![8, 9]);
+        // The sequence itself continued [6, 7] with 3 (a depth-2 match, as deep as the
+        // corpus's): its own text wins.
+        assert_eq!(propose(&mut drafter(), &[6, 7, 3, 1, 6, 7], 1), vec![3]);
+        // A deeper corpus match beats a shallower one of the sequence.
+        assert_eq!(propose(&mut drafter(), &[7, 3, 5, 6, 7], 2), vec![8, 9]);
+        assert!(
+            propose(&mut SuffixDrafter::new(4, 0.0, None), &[1, 6, 7], 2).is_empty(),
+            "without the corpus nothing matches"
         );
     }
 }
