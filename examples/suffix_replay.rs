@@ -47,15 +47,7 @@ fn cases(max_tokens: usize) -> anyhow::Result<Vec<Case>> {
     }
     let model = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let mut lm = LoadedModel::load(model)?;
-    let params = GenerateParams {
-        max_tokens,
-        sampling: SamplingParams::greedy(),
-        seed: 0,
-        stop: vec![],
-        max_draft_tokens: 0,
-        adaptive_k: false,
-        row_cost: None,
-    };
+    let params = GenerateParams::greedy(max_tokens, 0);
     let mut out = Vec::new();
     for set in load_prompt_sets(Path::new("tests/fixtures/prompts"))? {
         for prompt in &set.prompts {

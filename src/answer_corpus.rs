@@ -38,6 +38,8 @@ pub enum CorpusError {
         expected: String,
         actual: String,
     },
+    #[error("tokenizing: {0}")]
+    Tokenize(String),
     #[error("generating: {0}")]
     Generate(String),
 }
@@ -129,7 +131,7 @@ pub fn answer_tokens(
             let mut ids = header.clone();
             ids.extend(
                 tok.encode(&a.answer)
-                    .map_err(|e| CorpusError::Generate(e.to_string()))?,
+                    .map_err(|e| CorpusError::Tokenize(e.to_string()))?,
             );
             ids.push(tok.eos());
             Ok(ids)
@@ -142,11 +144,11 @@ pub fn answer_tokens(
 fn assistant_header(tok: &Tokenizer) -> Result<Vec<TokenId>, CorpusError> {
     const MARK: &str = "\u{1}";
     let text = crate::loaded::chat_prompt(tok, &[ChatMessage::new("user", MARK)])
-        .map_err(|e| CorpusError::Generate(e.to_string()))?;
+        .map_err(|e| CorpusError::Tokenize(e.to_string()))?;
     let after = text.rsplit_once(MARK).map_or("", |(_, tail)| tail);
     let tail = after.split_once('\n').map_or(after, |(_, rest)| rest);
     tok.encode(tail)
-        .map_err(|e| CorpusError::Generate(e.to_string()))
+        .map_err(|e| CorpusError::Tokenize(e.to_string()))
 }
 
 /// The corpus at `path` indexed for the model at `model`, refused if made for another one.
@@ -226,16 +228,8 @@ pub fn generate_answers(
     log: &mut dyn Write,
 ) -> Result<Vec<CorpusAnswer>, CorpusError> {
     use crate::generate::{generate, GenerateParams};
-    use specgate_strategies::{PlainDrafter, SamplingParams};
-    let params = GenerateParams {
-        max_tokens,
-        sampling: SamplingParams::greedy(),
-        seed: 0,
-        stop: vec![],
-        max_draft_tokens: 0,
-        adaptive_k: false,
-        row_cost: None,
-    };
+    use specgate_strategies::PlainDrafter;
+    let params = GenerateParams::greedy(max_tokens, 0);
     let fail = |e: &dyn std::fmt::Display| CorpusError::Generate(e.to_string());
     let mut out = Vec::with_capacity(prompts.len());
     for (i, (class, prompt)) in prompts.iter().enumerate() {

@@ -49,6 +49,22 @@ pub struct GenerateParams {
     pub row_cost: Option<f32>,
 }
 
+impl GenerateParams {
+    /// Greedy decoding of at most `max_tokens` with at most `k` drafts per round (0: plain
+    /// decoding), no stop strings, rows priced from the sequence's own passes.
+    pub fn greedy(max_tokens: usize, k: usize) -> Self {
+        Self {
+            max_tokens,
+            sampling: SamplingParams::greedy(),
+            seed: 0,
+            stop: vec![],
+            max_draft_tokens: k,
+            adaptive_k: false,
+            row_cost: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerateOutput {
     pub text: String,

@@ -188,4 +188,3 @@ mod tests {
         assert!(md.contains("| 1.74 | suffix×2 plain×1 |"), "{md}");
     }
 }
-

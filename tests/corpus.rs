@@ -12,7 +12,6 @@ use specgate::chat::ChatMessage;
 use specgate::generate::{generate, GenerateParams};
 use specgate::prompts::load_prompt_sets;
 use specgate::strategy::{suffix_drafter, SUFFIX_MAX_DEPTH};
-use specgate::SamplingParams;
 use specgate_strategies::{PlainDrafter, SharedCorpus, SuffixCache};
 
 fn shipped() -> SharedCorpus {
@@ -85,15 +84,7 @@ fn tenant_run(set: &str, corpus: Option<SharedCorpus>) -> (usize, usize) {
     let lm = &mut *lm;
     let cache = Arc::new(Mutex::new(SuffixCache::new(SUFFIX_MAX_DEPTH, 1 << 16)));
     let mut drafter = suffix_drafter(Some(cache), corpus);
-    let params = |k| GenerateParams {
-        max_tokens: 64,
-        sampling: SamplingParams::greedy(),
-        seed: 0,
-        stop: vec![],
-        max_draft_tokens: k,
-        adaptive_k: false,
-        row_cost: None,
-    };
+    let params = |k| GenerateParams::greedy(64, k);
     let (mut tokens, mut passes) = (0, 0);
     for prompt in prompts {
         let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)]).unwrap();

@@ -13,7 +13,6 @@ use specgate::prompts::load_prompt_sets;
 use specgate::strategy::{
     BoxedDrafter, BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER,
 };
-use specgate::SamplingParams;
 use specgate_strategies::{argmax, NgramDrafter, PlainDrafter, SuffixCache};
 use std::sync::{Arc, Mutex};
 
@@ -22,15 +21,7 @@ const TOKENS: usize = 40;
 const TIE: f32 = 1e-3;
 
 fn params(k: usize) -> GenerateParams {
-    GenerateParams {
-        max_tokens: TOKENS,
-        sampling: SamplingParams::greedy(),
-        seed: 0,
-        stop: vec![],
-        max_draft_tokens: k,
-        adaptive_k: false,
-        row_cost: None,
-    }
+    GenerateParams::greedy(TOKENS, k)
 }
 
 /// One drafter per strategy, built once (model drafters load weights) and reused.
