@@ -170,12 +170,32 @@ impl LoadView {
     }
 }
 
+/// What drafting costs, relative to a plain step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DraftCost {
+    /// Each of a round's k drafted tokens costs this (a draft model runs once per token).
+    PerToken(f64),
+    /// A round costs this whatever k allows: a drafter that prices its own drafts decides
+    /// how many it drafts, so k is only its cap (a Medusa head pass is one per round).
+    PerRound(f64),
+}
+
+impl DraftCost {
+    /// A round's drafting at k drafts.
+    pub fn of_round(self, k: usize) -> f64 {
+        match self {
+            Self::PerToken(c) => k as f64 * c,
+            Self::PerRound(c) => c,
+        }
+    }
+}
+
 /// Expected committed tokens per unit of plain-step time for k drafts at acceptance α, draft
-/// cost c (one draft token relative to a plain step) and load: plain decoding is 1.
-pub fn value(alpha: f64, k: usize, c: f64, load: &LoadView) -> f64 {
+/// cost and load: plain decoding is 1.
+pub fn value(alpha: f64, k: usize, cost: DraftCost, load: &LoadView) -> f64 {
     let alpha = alpha.clamp(0.0, 0.999_999);
     let tokens = (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha);
-    tokens / (load.verify_cost(k) + k as f64 * c)
+    tokens / (load.verify_cost(k) + cost.of_round(k))
 }
 
 #[cfg(test)]
@@ -290,10 +310,10 @@ mod tests {
             sequences: 64,
             step: Some((0.02, 0.0005)),
         };
-        assert!(value(0.6, 3, 0.0, &idle) > 1.5);
-        assert!(value(0.6, 3, 0.0, &full) < 1.0);
+        assert!(value(0.6, 3, DraftCost::PerToken(0.0), &idle) > 1.5);
+        assert!(value(0.6, 3, DraftCost::PerToken(0.0), &full) < 1.0);
         assert!(
-            (value(0.0, 0, 0.0, &full) - 1.0).abs() < 1e-12,
+            (value(0.0, 0, DraftCost::PerToken(0.0), &full) - 1.0).abs() < 1e-12,
             "k = 0 is plain"
         );
         // Monotone in load.
@@ -302,7 +322,7 @@ mod tests {
                 value(
                     0.7,
                     4,
-                    0.0,
+                    DraftCost::PerToken(0.0),
                     &LoadView {
                         sequences: n,
                         step: Some((0.02, 0.001)),

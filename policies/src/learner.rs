@@ -23,7 +23,7 @@ use rand::Rng;
 use rand_distr::{Beta, Distribution};
 use specgate_strategies::StrategyKind;
 
-use crate::cost::{value, LoadView};
+use crate::cost::{value, DraftCost, LoadView};
 use crate::plan::SpecPlan;
 use crate::workload::WorkloadClass;
 
@@ -77,7 +77,8 @@ const K_LIMIT: usize = 16;
 pub struct ArmState {
     pub accepted: f64,
     pub rejected: f64,
-    /// Draft cost per drafted token relative to a verify pass (EMA).
+    /// Draft cost relative to a verify pass (EMA): per round for a drafter that prices its
+    /// own drafts, else per drafted token (see [`draft_cost`]).
     pub draft_cost: Option<f64>,
 }
 
@@ -141,10 +142,30 @@ fn prior_cost(s: StrategyKind) -> f64 {
     }
 }
 
+/// An arm's draft cost in the unit its strategy spends it. A drafter that prices its own
+/// drafts stops where a row no longer pays, so k is only its cap: charging its per-token
+/// cost at every k up to that cap priced a Medusa-backed suffix draft as if it always drafted
+/// 8 tokens, and code edits went to plain suffix drafting, 2.49 tokens per pass where
+/// suffix-medusa commits 2.7.
+fn draft_cost(s: StrategyKind, arm: &ArmState) -> DraftCost {
+    let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
+    if s.prices_own_drafts() {
+        DraftCost::PerRound(c)
+    } else {
+        DraftCost::PerToken(c)
+    }
+}
+
 /// The best k for α in `[k_min, k_max]` and its value.
-pub fn best_k(alpha: f64, c: f64, load: &LoadView, k_min: usize, k_max: usize) -> (usize, f64) {
+pub fn best_k(
+    alpha: f64,
+    cost: DraftCost,
+    load: &LoadView,
+    k_min: usize,
+    k_max: usize,
+) -> (usize, f64) {
     (k_min.max(1)..=k_max.min(K_LIMIT))
-        .map(|k| (k, value(alpha, k, c, load)))
+        .map(|k| (k, value(alpha, k, cost, load)))
         .fold((0, f64::MIN), |best, x| if x.1 > best.1 { x } else { best })
 }
 
@@ -223,8 +244,7 @@ fn candidates(
         } else {
             arm.mean_alpha()
         };
-        let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
-        let (k, v) = best_k(alpha, c, load, limits.k_min, limits.k_max);
+        let (k, v) = best_k(alpha, draft_cost(s, &arm), load, limits.k_min, limits.k_max);
         if k > 0 {
             candidates.push(((s, k), v));
         }
@@ -296,7 +316,12 @@ fn learn(arms: &mut Arms, obs: &Observation) {
     arm.rejected += (judged - obs.accepted.min(judged)) as f64 * weight;
     if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
         let pass = obs.verify_secs / obs.rounds as f64;
-        let c = obs.draft_secs / obs.drafted as f64 / pass;
+        let per = if strategy.prices_own_drafts() {
+            obs.rounds
+        } else {
+            obs.drafted
+        };
+        let c = obs.draft_secs / per as f64 / pass;
         arm.draft_cost = Some(arm.draft_cost.map_or(c, |old| old + 0.2 * (c - old)));
     }
 }

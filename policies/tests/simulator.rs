@@ -4,7 +4,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use specgate_policies::cost::{value, LoadView};
+use specgate_policies::cost::{value, DraftCost, LoadView};
 use specgate_policies::learner::{best_k, Constraints, Learner, Observation, RouteKey};
 use specgate_policies::{SpecPlan, WorkloadClass};
 use specgate_strategies::suffix::TOKENS_PER_PASS_FORGONE;
@@ -130,7 +130,7 @@ fn converges_to_the_best_choice_and_earns_within_ten_percent_of_the_best_fixed()
     let best = ts
         .iter()
         .map(|t| {
-            let (k, v) = best_k(t.alpha, t.c, &IDLE, 1, 8);
+            let (k, v) = best_k(t.alpha, DraftCost::PerToken(t.c), &IDLE, 1, 8);
             (t.strategy, k, v)
         })
         .fold(
@@ -247,7 +247,7 @@ fn saturation_turns_speculation_off_and_falling_load_turns_it_back_on() {
     };
     assert!(run(IDLE, &mut learner, &mut rng) <= 6, "idle: speculate");
     assert!(
-        value(0.6, 1, 0.0, &saturated) < 1.0,
+        value(0.6, 1, DraftCost::PerToken(0.0), &saturated) < 1.0,
         "the cost model says plain wins saturated"
     );
     assert!(
@@ -375,5 +375,53 @@ fn a_tenant_plans_from_its_class_until_its_own_traffic_outweighs_that() {
     assert!(
         overridden >= seeds as usize - 1,
         "own traffic won in {overridden} of {seeds}"
+    );
+}
+
+/// One request's observation of a drafter that prices its own drafts: `per_pass` tokens
+/// committed per target pass over 40 rounds of `rows` drafted tokens each, drafting costing
+/// `round_cost` of a verify pass per round.
+fn self_priced(strategy: StrategyKind, per_pass: f64, rows: u64, round_cost: f64) -> Observation {
+    let rounds = 40u64;
+    let accepted = ((per_pass - 1.0) * rounds as f64).round() as u64;
+    Observation {
+        strategy,
+        rounds,
+        drafted: rows * rounds,
+        accepted,
+        judged: accepted + rounds,
+        draft_secs: round_cost * rounds as f64,
+        verify_secs: rounds as f64,
+    }
+}
+
+#[test]
+fn a_drafter_that_prices_its_drafts_is_charged_its_draft_cost_per_round() {
+    // Medusa heads on text they seldom predict: 1.5 tokens per pass from 2-token drafts, one
+    // head pass (0.4 of a verify) a round. Real value 1.5 / (v(2) + 0.4) ≈ 0.9 of plain.
+    // Charged per drafted token at the k the cost model liked (1), the heads cost 0.2 a round
+    // and looked like a 1.00× win, so the route kept paying for them.
+    let limits = Constraints {
+        allowed: vec![StrategyKind::Medusa],
+        explore: false,
+        ..limits()
+    };
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for _ in 0..10 {
+        learner.observe(&route(), &self_priced(StrategyKind::Medusa, 1.5, 2, 0.4));
+    }
+    let plan = learner.choose(&route(), &limits, &IDLE, &mut rng);
+    assert!(plan.is_plain(), "{plan:?}");
+    // The same heads at half the cost pay: 1.5 / (1.26 + 0.2) ≈ 1.03.
+    let mut learner = Learner::default();
+    for _ in 0..10 {
+        learner.observe(&route(), &self_priced(StrategyKind::Medusa, 1.5, 2, 0.2));
+    }
+    let plan = learner.choose(&route(), &limits, &IDLE, &mut rng);
+    assert_eq!(
+        (plan.strategy, plan.k),
+        (StrategyKind::Medusa, 8),
+        "k is its cap"
     );
 }
