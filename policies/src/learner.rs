@@ -55,6 +55,8 @@ pub struct Observation {
     pub judged: u64,
     pub draft_secs: f64,
     pub verify_secs: f64,
+    /// Sequences that shared the engine when the request ended (1: it ran alone).
+    pub sequences: usize,
 }
 
 /// A request's evidence counts as at most this many judged positions: one long request must
@@ -311,7 +313,7 @@ fn learn(arms: &mut Arms, obs: &Observation) {
         return;
     };
     let arm = arms.entry(strategy).or_default();
-    let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64;
+    let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64 / load_discount(obs);
     arm.accepted += obs.accepted as f64 * weight;
     arm.rejected += (judged - obs.accepted.min(judged)) as f64 * weight;
     if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
@@ -323,6 +325,21 @@ fn learn(arms: &mut Arms, obs: &Observation) {
         };
         let c = obs.draft_secs / per as f64 / pass;
         arm.draft_cost = Some(arm.draft_cost.map_or(c, |old| old + 0.2 * (c - old)));
+    }
+}
+
+/// How much less a request's acceptance evidence counts for the load it ran under. A drafter
+/// that prices its own drafts drafts less as other sequences make rows dear, and a lookup's
+/// k shrinks with load, so their tokens per pass under load say what the load allowed, not
+/// what the route's text accepts: after 16-way load, chat routes read α ≈ 0 from requests
+/// that had drafted almost nothing, and the next idle chat requests went plain (18 of 30,
+/// 0.67× of suffix-medusa). Such evidence counts 1/n at n sequences; evidence per judged
+/// position (a fixed-k drafter's) does not depend on load and counts whole.
+fn load_discount(obs: &Observation) -> f64 {
+    if obs.strategy.is_lookup() || obs.strategy.prices_own_drafts() {
+        obs.sequences.max(1) as f64
+    } else {
+        1.0
     }
 }
 

@@ -54,6 +54,7 @@ fn simulate(
         judged: 0,
         draft_secs: 0.0,
         verify_secs: 0.0,
+        sequences: load.sequences,
     };
     let (mut tokens, mut time) = (0usize, 0.0f64);
     while tokens < TOKENS {
@@ -392,6 +393,7 @@ fn self_priced(strategy: StrategyKind, per_pass: f64, rows: u64, round_cost: f64
         judged: accepted + rounds,
         draft_secs: round_cost * rounds as f64,
         verify_secs: rounds as f64,
+        sequences: 1,
     }
 }
 
@@ -424,4 +426,36 @@ fn a_drafter_that_prices_its_drafts_is_charged_its_draft_cost_per_round() {
         (StrategyKind::Medusa, 8),
         "k is its cap"
     );
+}
+
+#[test]
+fn drafts_priced_out_by_load_do_not_teach_the_route_that_its_text_does_not_accept() {
+    // Idle, suffix-medusa commits 2.5 tokens per pass; then 40 requests share the engine 16
+    // ways, where its drafter prices rows too dear to draft and commits 1.0 per pass. When
+    // the load is gone, the route drafts again.
+    let limits = Constraints {
+        allowed: vec![StrategyKind::SuffixMedusa],
+        ..limits()
+    };
+    let mut learner = Learner::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for _ in 0..10 {
+        let idle = self_priced(StrategyKind::SuffixMedusa, 2.5, 4, 0.03);
+        learner.observe(&route(), &idle);
+    }
+    for _ in 0..40 {
+        let busy = Observation {
+            sequences: 16,
+            ..self_priced(StrategyKind::SuffixMedusa, 1.0, 0, 0.0)
+        };
+        learner.observe(&route(), &busy);
+    }
+    let drafting = (0..20)
+        .filter(|_| {
+            !learner
+                .choose(&route(), &limits, &IDLE, &mut rng)
+                .is_plain()
+        })
+        .count();
+    assert!(drafting >= 18, "drafting in {drafting} of 20 idle requests");
 }

@@ -69,6 +69,8 @@ impl Router {
                     judged: rec.judged,
                     draft_secs: rec.draft_secs,
                     verify_secs: rec.verify_secs,
+                    // History keeps no load; its records count as if run alone.
+                    sequences: 1,
                 },
             );
             seen += 1;
@@ -217,6 +219,7 @@ impl Handler<Observe> for Router {
             judged: s.stats.verified,
             draft_secs: s.stats.draft_time.as_secs_f64(),
             verify_secs: s.stats.verify_time.as_secs_f64(),
+            sequences: self.load_view().sequences,
         };
         self.learner.observe(&route, &obs);
     }
