@@ -178,7 +178,7 @@ pub fn generate_in(
         };
         let rows = model.forward(&[verify], with_hidden)?;
         let verify_time = t.elapsed();
-        step_costs.observe(round.tokens.len(), verify_time.as_secs_f64());
+        step_costs.observe(1, round.tokens.len(), verify_time.as_secs_f64());
         let (logits, hidden) = (rows.item_logits(0), rows.item_hidden(0)); // [k + 1, vocab | hidden]
         emit(state.settle(model, round, logits, hidden, verify_time, drafter, tok)?);
     }

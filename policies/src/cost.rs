@@ -13,9 +13,15 @@
 //! repays. The crossover between the two comes from the measured t0 and t1, not a constant.
 
 /// Step time as a function of batch tokens, fitted from the engine's own steps.
+///
+/// One curve per power-of-two count of sequences in the step (1, 2–3, 4–7, …, 32+): eight
+/// tokens from eight sequences (eight caches to attend over, eight samplings) cost more than
+/// eight rows of one, and with one curve a 16-way load's tail steps raised an idle
+/// sequence's row price from 0.10 to 0.30 of a pass. Idle chat then went plain, saw no
+/// multi-row step again to correct it, and stayed plain.
 #[derive(Debug, Clone)]
 pub struct StepCosts {
-    buckets: Vec<Bucket>,
+    curves: Vec<Vec<Bucket>>,
 }
 
 /// One power-of-two bucket of batch tokens: steps seen, and the (tokens, seconds) its steps
@@ -28,6 +34,7 @@ struct Bucket {
 }
 
 const BUCKETS: usize = 12; // 1 … 2048 tokens
+const CURVES: usize = 6; // 1 … 32+ sequences
 const EMA: f64 = 0.1;
 /// Counted steps whose fastest a bucket keeps before the EMA takes over.
 const SEED: u32 = 4;
@@ -36,13 +43,22 @@ const CLIP: f64 = 0.25;
 
 /// The power-of-two bucket of a step of `tokens` (> 0) batch tokens.
 fn bucket_of(tokens: usize) -> usize {
-    (usize::BITS - tokens.leading_zeros() - 1).min(BUCKETS as u32 - 1) as usize
+    log2(tokens).min(BUCKETS - 1)
+}
+
+/// The curve of steps over `sequences` sequences.
+fn curve_of(sequences: usize) -> usize {
+    log2(sequences).min(CURVES - 1)
+}
+
+fn log2(n: usize) -> usize {
+    (usize::BITS - n.max(1).leading_zeros() - 1) as usize
 }
 
 impl Default for StepCosts {
     fn default() -> Self {
         Self {
-            buckets: vec![Bucket::default(); BUCKETS],
+            curves: vec![vec![Bucket::default(); BUCKETS]; CURVES],
         }
     }
 }
@@ -62,11 +78,11 @@ impl StepCosts {
     ///
     /// The engine also seeds the buckets from a measurement of its own at start
     /// ([`StepCosts::seed`]), so they begin clean and one never seen again stays sane.
-    pub fn observe(&mut self, tokens: usize, secs: f64) {
+    pub fn observe(&mut self, sequences: usize, tokens: usize, secs: f64) {
         if tokens == 0 || !secs.is_finite() || secs <= 0.0 {
             return;
         }
-        let bucket = &mut self.buckets[bucket_of(tokens)];
+        let bucket = &mut self.curves[curve_of(sequences)][bucket_of(tokens)];
         bucket.seen = bucket.seen.saturating_add(1);
         let Some(counted) = bucket.seen.checked_sub(1).filter(|&n| n > 0) else {
             return;
@@ -84,55 +100,59 @@ impl StepCosts {
 
     /// Set the bucket of `tokens` to a measured step time, as if it had been seen long enough
     /// for the EMA: later steps move it only gradually.
-    pub fn seed(&mut self, tokens: usize, secs: f64) {
+    pub fn seed(&mut self, sequences: usize, tokens: usize, secs: f64) {
         if tokens == 0 || !secs.is_finite() || secs <= 0.0 {
             return;
         }
-        self.buckets[bucket_of(tokens)] = Bucket {
+        self.curves[curve_of(sequences)][bucket_of(tokens)] = Bucket {
             seen: SEED + 2,
             tokens: tokens as f64,
             secs,
         };
     }
 
-    /// (t0, t1) by least squares over the buckets seen; `None` until two sizes were seen.
+    /// (t0, t1) by least squares over every curve's buckets seen; `None` until two sizes
+    /// were seen.
     pub fn fit(&self) -> Option<(f64, f64)> {
-        self.fit_within(0.0, f64::INFINITY)
+        fit_line(self.curves.iter().flatten(), 0.0, f64::INFINITY)
     }
 
     /// The line through the step sizes `sequences` sequences' rounds produce (plain steps of
-    /// n tokens up to rounds of n·9), else [`StepCosts::fit`]. A CPU step's time is not one
+    /// n tokens up to rounds of n·9), on their own curve where it has two such sizes, else
+    /// on every curve's, else [`StepCosts::fit`]. A CPU step's time is not one
     /// line: flat while the weights' reads dominate, then steeper where arithmetic does. Fit
     /// over everything a server ran (prompt-sized batches of busy periods included), one
     /// sequence's rows were priced at 0.32 of a pass where they cost 0.13, and suffix drafts
     /// stopped at half the length they pay at.
     pub fn fit_for(&self, sequences: usize) -> Option<(f64, f64)> {
         let n = sequences.max(1) as f64;
-        self.fit_within(n / 2.0, 16.0 * n).or_else(|| self.fit())
+        let (lo, hi) = (n / 2.0, 16.0 * n);
+        fit_line(self.curves[curve_of(sequences)].iter(), lo, hi)
+            .or_else(|| fit_line(self.curves.iter().flatten(), lo, hi))
+            .or_else(|| self.fit())
     }
+}
 
-    fn fit_within(&self, lo: f64, hi: f64) -> Option<(f64, f64)> {
-        let pts: Vec<(f64, f64)> = self
-            .buckets
-            .iter()
-            .filter(|b| b.seen >= 2 && (lo..=hi).contains(&b.tokens))
-            .map(|b| (b.tokens, b.secs))
-            .collect();
-        if pts.len() < 2 {
-            return None;
-        }
-        let n = pts.len() as f64;
-        let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
-        let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
-        let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
-        let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-        if sxx <= 0.0 {
-            return None;
-        }
-        let t1 = (sxy / sxx).max(0.0);
-        let t0 = (my - t1 * mx).max(1e-6);
-        Some((t0, t1))
+/// (t0, t1) by least squares over the buckets seen twice whose tokens lie in `lo..=hi`.
+fn fit_line<'a>(buckets: impl Iterator<Item = &'a Bucket>, lo: f64, hi: f64) -> Option<(f64, f64)> {
+    let pts: Vec<(f64, f64)> = buckets
+        .filter(|b| b.seen >= 2 && (lo..=hi).contains(&b.tokens))
+        .map(|b| (b.tokens, b.secs))
+        .collect();
+    if pts.len() < 2 {
+        return None;
     }
+    let n = pts.len() as f64;
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let t1 = (sxy / sxx).max(0.0);
+    let t0 = (my - t1 * mx).max(1e-6);
+    Some((t0, t1))
 }
 
 /// The engine's load as the cost model needs it.
@@ -208,7 +228,7 @@ mod tests {
         assert_eq!(s.fit(), None);
         for tokens in [1usize, 2, 4, 8, 16, 64, 300] {
             for _ in 0..50 {
-                s.observe(tokens, 0.02 + 0.003 * tokens as f64);
+                s.observe(1, tokens, 0.02 + 0.003 * tokens as f64);
             }
         }
         let (t0, t1) = s.fit().unwrap();
@@ -224,12 +244,12 @@ mod tests {
         let step = |n: usize| 0.0066 + 0.0015 * n as f64;
         // Each size's first pass is five times slow (buffers growing), then steps are steady.
         for n in [2usize, 4, 1] {
-            s.observe(n, 5.0 * step(n));
+            s.observe(1, n, 5.0 * step(n));
         }
         assert_eq!(s.fit(), None, "first steps alone fit nothing");
         for _ in 0..3 {
             for n in [1usize, 2, 4] {
-                s.observe(n, step(n));
+                s.observe(1, n, step(n));
             }
         }
         let (t0, t1) = s.fit().unwrap();
@@ -245,13 +265,13 @@ mod tests {
         assert!((row - 0.0015 / 0.0081).abs() < 1e-4, "{row}");
         // Stalls (another thread held the cores) among steady 1-row steps barely move it,
         // nor does one among a bucket's first steps.
-        s.observe(8, step(8));
-        s.observe(8, 5.0 * step(8));
-        s.observe(8, step(8));
+        s.observe(1, 8, step(8));
+        s.observe(1, 8, 5.0 * step(8));
+        s.observe(1, 8, step(8));
         for i in 0..40 {
             let stall = if i % 20 == 3 { 5.0 } else { 1.0 };
-            s.observe(1, stall * step(1));
-            s.observe(4, step(4));
+            s.observe(1, 1, stall * step(1));
+            s.observe(1, 4, step(4));
         }
         let (t0, t1) = s.fit().unwrap();
         assert!(
@@ -260,13 +280,46 @@ mod tests {
         );
         // Seeded buckets fit at once and move only gradually.
         let mut seeded = StepCosts::default();
-        seeded.seed(1, step(1));
-        seeded.seed(8, step(8));
+        seeded.seed(1, 1, step(1));
+        seeded.seed(1, 8, step(8));
         let (t0, t1) = seeded.fit().unwrap();
         assert!((t0 - 0.0066).abs() < 1e-9 && (t1 - 0.0015).abs() < 1e-9);
-        seeded.observe(8, 10.0 * step(8));
+        seeded.observe(1, 8, 10.0 * step(8));
         let moved = seeded.fit().unwrap().1 / 0.0015 - 1.0;
         assert!(moved > 0.0 && moved < 0.2, "{moved}");
+    }
+
+    #[test]
+    fn steps_of_many_sequences_do_not_reprice_one_sequences_rows() {
+        // One sequence's rows as the engine measured them at start (ms): flat, then rising.
+        let mut s = StepCosts::default();
+        for (rows, ms) in [(1usize, 3.99), (2, 4.17), (4, 4.61), (8, 6.52)] {
+            s.seed(1, rows, ms / 1e3);
+        }
+        let idle = |s: &StepCosts| {
+            LoadView {
+                sequences: 1,
+                step: s.fit_for(1),
+            }
+            .row_cost()
+        };
+        let before = idle(&s);
+        assert!((0.05..0.2).contains(&before), "{before}");
+        // A 16-way load's tail: plain steps of 2 to 15 sequences, each token its own sequence
+        // with its own cache, dearer than rows of one sequence.
+        for _ in 0..200 {
+            for n in [2usize, 3, 5, 8, 12, 15] {
+                s.observe(n, n, (3.99 + 0.9 * n as f64) / 1e3);
+            }
+        }
+        let after = idle(&s);
+        assert!((after - before).abs() < 1e-9, "{before} -> {after}");
+        // Those sequences are priced on their own steps.
+        let busy = LoadView {
+            sequences: 8,
+            step: s.fit_for(8),
+        };
+        assert!(busy.row_cost() > 2.0 * before, "{}", busy.row_cost());
     }
 
     #[test]
@@ -277,7 +330,7 @@ mod tests {
         let step = |b: usize| (0.0027 + 0.0002 * (b as f64 - 1.0)).max(0.0005 * b as f64);
         let mut s = StepCosts::default();
         for b in [1usize, 2, 4, 8, 16, 32, 64, 128, 256] {
-            s.seed(b, step(b));
+            s.seed(1, b, step(b));
         }
         let row = |fit: Option<(f64, f64)>, n: usize| {
             LoadView {
@@ -295,8 +348,8 @@ mod tests {
         assert!(busy > 0.8, "sixteen sequences: {busy}");
         // With only other sizes seen, the global line stands in.
         let mut far = StepCosts::default();
-        far.seed(256, step(256));
-        far.seed(1024, step(1024));
+        far.seed(1, 256, step(256));
+        far.seed(1, 1024, step(1024));
         assert_eq!(far.fit_for(1), far.fit());
     }
 

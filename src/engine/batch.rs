@@ -187,7 +187,7 @@ impl Engine {
         // request's row cost read 0.5-0.6 with them).
         let rounds_only = work.iter().all(|w| matches!(w, Work::Round(..)));
         if let (true, Ok(mut costs)) = (rounds_only, self.status.step_costs.lock()) {
-            costs.observe(batch_tokens, pass.as_secs_f64());
+            costs.observe(work.len(), batch_tokens, pass.as_secs_f64());
         }
         self.status.steps.fetch_add(1, Ordering::Relaxed);
         let out = match result {

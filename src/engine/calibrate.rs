@@ -74,7 +74,7 @@ fn time_sizes(
 pub fn seeded(measured: &[(usize, f64)]) -> StepCosts {
     let mut costs = StepCosts::default();
     for &(n, secs) in measured {
-        costs.seed(n, secs);
+        costs.seed(1, n, secs);
     }
     costs
 }
