@@ -145,10 +145,10 @@ fn prior_cost(s: StrategyKind) -> f64 {
 }
 
 /// An arm's draft cost in the unit its strategy spends it. A drafter that prices its own
-/// drafts stops where a row no longer pays, so k is only its cap: charging its per-token
-/// cost at every k up to that cap priced a Medusa-backed suffix draft as if it always drafted
-/// 8 tokens, and code edits went to plain suffix drafting, 2.49 tokens per pass where
-/// suffix-medusa commits 2.7.
+/// drafts stops where a row no longer pays, so k is only its cap, and its Medusa heads run
+/// once a round whatever it drafts: charged per drafted token at the k the constant-α model
+/// liked, heads that cost 0.4 of a pass a round were charged 0.2 and kept on a route where
+/// they lose.
 fn draft_cost(s: StrategyKind, arm: &ArmState) -> DraftCost {
     let c = arm.draft_cost.unwrap_or_else(|| prior_cost(s));
     if s.prices_own_drafts() {
@@ -331,9 +331,8 @@ fn learn(arms: &mut Arms, obs: &Observation) {
 /// How much less a request's acceptance evidence counts for the load it ran under. A drafter
 /// that prices its own drafts drafts less as other sequences make rows dear, and a lookup's
 /// k shrinks with load, so their tokens per pass under load say what the load allowed, not
-/// what the route's text accepts: after 16-way load, chat routes read α ≈ 0 from requests
-/// that had drafted almost nothing, and the next idle chat requests went plain (18 of 30,
-/// 0.67× of suffix-medusa). Such evidence counts 1/n at n sequences; evidence per judged
+/// what the route's text accepts (16-way load: about 1.0 token per pass, read as α ≈ 0 for
+/// the route and its class). Such evidence counts 1/n at n sequences; evidence per judged
 /// position (a fixed-k drafter's) does not depend on load and counts whole.
 fn load_discount(obs: &Observation) -> f64 {
     if obs.strategy.is_lookup() || obs.strategy.prices_own_drafts() {

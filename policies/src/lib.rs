@@ -6,11 +6,13 @@ pub mod cost;
 pub mod learner;
 pub mod plan;
 pub mod policy;
+pub mod step_costs;
 pub mod workload;
 
 pub use adaptive_k::{expected_speedup, AdaptiveK};
-pub use cost::{LoadView, StepCosts};
+pub use cost::LoadView;
 pub use learner::{Constraints, Learner, Observation, RouteKey};
 pub use plan::{default_plan, k_under_load, Load, SpecPlan};
 pub use policy::{default_policy, PolicyError, RoutePolicy, ANY_TENANT};
+pub use step_costs::StepCosts;
 pub use workload::{classify, UnknownWorkload, WorkloadClass};
