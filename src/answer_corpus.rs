@@ -159,7 +159,7 @@ pub fn load(
     max_depth: usize,
 ) -> Result<SharedCorpus, CorpusError> {
     let (header, answers) = read(path)?;
-    let actual = crate::fetch::sha256_file(model).map_err(|e| file_error(model, e))?;
+    let actual = crate::fetch::model_sha256(model).map_err(|e| file_error(model, e))?;
     if !actual.eq_ignore_ascii_case(&header.target_sha256) {
         return Err(CorpusError::WrongModel {
             path: path.to_path_buf(),

@@ -56,7 +56,7 @@ pub fn run(model: PathBuf, args: BuildCorpusArgs) -> Result<()> {
         target: model
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        target_sha256: specgate::fetch::sha256_file(&model)?,
+        target_sha256: specgate::fetch::model_sha256(&model)?,
         max_tokens: args.max_tokens,
         prompts: args.prompts.display().to_string(),
     };

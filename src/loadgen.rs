@@ -56,6 +56,17 @@ pub enum SpecMode {
     Fixed(String, usize),
 }
 
+impl SpecMode {
+    /// The server's plan when speculation is on, else off.
+    fn on(spec: bool) -> Self {
+        if spec {
+            Self::Server
+        } else {
+            Self::Off
+        }
+    }
+}
+
 /// One finished request.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
@@ -195,11 +206,7 @@ fn run_level(
     let next = AtomicUsize::new(0);
     let samples = Mutex::new(Vec::with_capacity(n));
     let errors = AtomicUsize::new(0);
-    let mode = if spec {
-        SpecMode::Server
-    } else {
-        SpecMode::Off
-    };
+    let mode = SpecMode::on(spec);
     let start = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..c {
@@ -239,11 +246,7 @@ fn run_paired(
         let (class, prompt) = &mix[i % mix.len()];
         let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
         for m in order {
-            let mode = if m == 0 {
-                SpecMode::Server
-            } else {
-                SpecMode::Off
-            };
+            let mode = SpecMode::on(m == 0);
             match one_request(cfg, keys[m], model, class, prompt, &mode) {
                 Ok(s) => {
                     runs[m].2 += Duration::from_secs_f64(s.e2e);

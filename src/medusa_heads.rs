@@ -147,7 +147,7 @@ pub struct MedusaBundle {
 }
 
 pub fn sha256_of(path: &Path) -> Result<String, MedusaError> {
-    crate::fetch::sha256_file(path).map_err(|e| MedusaError::Io(e.to_string()))
+    crate::fetch::model_sha256(path).map_err(|e| MedusaError::Io(e.to_string()))
 }
 
 fn config_error(path: &Path, why: impl ToString) -> MedusaError {
