@@ -87,10 +87,28 @@ pub struct HistoryRecord {
     pub shadow_checks: u64,
     #[serde(default)]
     pub shadow_mismatches: u64,
+    /// Σ over the requests of 1 / (the mean count of sequences their rounds ran with): the
+    /// load their acceptance was measured under. None in records written before it was
+    /// kept, read as run alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_share: Option<f64>,
 }
 
 impl HistoryRecord {
+    /// The count of sequences the bucket's requests typically ran with: the harmonic mean
+    /// over them (1 where it was not kept).
+    pub fn sequences(&self) -> f64 {
+        match self.load_share {
+            Some(w) if w > 0.0 && self.requests > 0 => (self.requests as f64 / w).max(1.0),
+            _ => 1.0,
+        }
+    }
+
     pub fn merge(&mut self, o: &HistoryRecord) {
+        self.load_share = match (self.load_share, o.load_share) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(self.requests as f64) + b.unwrap_or(o.requests as f64)),
+        };
         self.requests += o.requests;
         self.prompt_tokens += o.prompt_tokens;
         self.tokens_out += o.tokens_out;
@@ -351,6 +369,34 @@ mod tests {
         assert_eq!(a.quantile_ms(0.5), Some(15.0));
         assert_eq!(a.quantile_ms(0.95), Some(500.0));
         assert_eq!(LatencyHistogram::default().quantile_ms(0.5), None);
+    }
+
+    #[test]
+    fn a_bucket_keeps_the_load_its_requests_ran_under() {
+        let at = |requests, sequences: f64| HistoryRecord {
+            requests,
+            load_share: Some(requests as f64 / sequences),
+            ..Default::default()
+        };
+        // Eight requests 16-way and two alone: the harmonic mean, as the learner's 1/n
+        // evidence weights add up.
+        let mut busy = at(8, 16.0);
+        busy.merge(&at(2, 1.0));
+        assert!((busy.sequences() - 10.0 / 2.5).abs() < 1e-12);
+        // A record written before loads were kept counts its requests as run alone.
+        let old = HistoryRecord {
+            requests: 3,
+            ..Default::default()
+        };
+        assert_eq!(old.sequences(), 1.0);
+        let mut mixed = old.clone();
+        mixed.merge(&at(1, 16.0));
+        assert!((mixed.sequences() - 4.0 / (3.0 + 1.0 / 16.0)).abs() < 1e-12);
+        // And it still reads: the field is optional in the stored JSON.
+        let json = serde_json::to_string(&old).unwrap();
+        assert!(!json.contains("load_share"));
+        let back: HistoryRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, old);
     }
 
     #[test]

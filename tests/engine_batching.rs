@@ -112,8 +112,16 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
         engine.submit(sub).unwrap();
         pending.push((p.clone(), i % 2 == 0, rx));
     }
+    let mut shared = 0;
     for (prompt, ngram, mut rx) in pending {
         let (text, summary) = collect(&mut rx);
+        // The load its rounds ran under, for the learner: 1 to 3 sequences per step.
+        assert!(
+            (1.0..=3.0).contains(&summary.sequences),
+            "{prompt:?}: {} sequences",
+            summary.sequences
+        );
+        shared += usize::from(summary.sequences > 1.0);
         let mut drafter: specgate::strategy::BoxedDrafter = if ngram {
             Box::new(NgramDrafter::default())
         } else {
@@ -143,11 +151,16 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
             );
         }
     }
+    assert!(shared >= 3, "only {shared} of 6 requests shared a step");
     let status = engine.status();
     wait_until("every cache freed", || {
         status.live.load(std::sync::atomic::Ordering::SeqCst) == 0
             && status.kv_bytes.load(std::sync::atomic::Ordering::SeqCst) == 0
     });
+    // Alone, a request's rounds ran with no company.
+    let (sub, mut rx) = submission(&engine, prompts[0].clone(), 20, true);
+    engine.submit(sub).unwrap();
+    assert_eq!(collect(&mut rx).1.sequences, 1.0);
 }
 
 /// Before any request the engine has timed its own steps, so the cost model and the drafts'

@@ -296,16 +296,20 @@ fn plan(strategy: StrategyKind, k: usize, limits: &Constraints) -> SpecPlan {
 }
 
 /// One request's evidence into a set of arms: the observed arm's old evidence decays faster
-/// than the others', then the new evidence is added.
+/// than the others', then the new evidence is added. A request that counts 1/n (see
+/// [`load_discount`]) also decays the old evidence as 1/n of a request does: else a long
+/// enough busy period would still wash out what the idle route accepts.
 fn learn(arms: &mut Arms, obs: &Observation) {
     let judged = judged(obs);
     let observed = (obs.strategy != StrategyKind::Plain && judged > 0).then_some(obs.strategy);
+    let share = 1.0 / load_discount(obs);
     for (s, arm) in arms.iter_mut() {
         let d = if Some(*s) == observed {
             DECAY_OWN
         } else {
             DECAY_STALE
-        };
+        }
+        .powf(share);
         arm.accepted = PRIOR.0 + (arm.accepted - PRIOR.0) * d;
         arm.rejected = PRIOR.1 + (arm.rejected - PRIOR.1) * d;
     }
@@ -313,7 +317,7 @@ fn learn(arms: &mut Arms, obs: &Observation) {
         return;
     };
     let arm = arms.entry(strategy).or_default();
-    let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64 / load_discount(obs);
+    let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64 * share;
     arm.accepted += obs.accepted as f64 * weight;
     arm.rejected += (judged - obs.accepted.min(judged)) as f64 * weight;
     if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {

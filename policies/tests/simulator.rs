@@ -430,9 +430,11 @@ fn a_drafter_that_prices_its_drafts_is_charged_its_draft_cost_per_round() {
 
 #[test]
 fn drafts_priced_out_by_load_do_not_teach_the_route_that_its_text_does_not_accept() {
-    // Idle, suffix-medusa commits 2.5 tokens per pass; then 40 requests share the engine 16
+    // Idle, suffix-medusa commits 2.5 tokens per pass; then 200 requests share the engine 16
     // ways, where its drafter prices rows too dear to draft and commits 1.0 per pass. When
-    // the load is gone, the route drafts again.
+    // the load is gone, the route drafts again. (With busy evidence counted 1/n but old
+    // evidence decayed at the full rate per busy request, 40 requests passed and 100 did
+    // not: the route went plain.)
     let limits = Constraints {
         allowed: vec![StrategyKind::SuffixMedusa],
         ..limits()
@@ -443,7 +445,7 @@ fn drafts_priced_out_by_load_do_not_teach_the_route_that_its_text_does_not_accep
         let idle = self_priced(StrategyKind::SuffixMedusa, 2.5, 4, 0.03);
         learner.observe(&route(), &idle);
     }
-    for _ in 0..40 {
+    for _ in 0..200 {
         let busy = Observation {
             sequences: 16,
             ..self_priced(StrategyKind::SuffixMedusa, 1.0, 0, 0.0)

@@ -21,6 +21,8 @@ struct Live {
     prefilled: usize,
     reserved: usize,
     queued: Duration,
+    /// Σ over the steps that ran this sequence's rounds of the sequences in them.
+    round_company: u64,
 }
 
 /// One sequence's share of a step.
@@ -198,10 +200,12 @@ impl Engine {
             }
         };
         let mut ended = Vec::new();
+        let company = work.len() as u64;
         for (slot, w) in work.into_iter().enumerate() {
             let (i, outcome) = match w {
                 Work::Round(i, round) => {
                     let l = &mut self.live[i];
+                    l.round_company += company;
                     let r = l.state.settle(
                         &mut self.lm.model,
                         round,
@@ -263,6 +267,7 @@ impl Engine {
                 prefilled: 0,
                 reserved: reserve,
                 queued: since.elapsed(),
+                round_company: 0,
             });
         }
     }
@@ -373,6 +378,10 @@ impl Engine {
             plan: l.sub.plan,
             stats: l.state.stats.clone(),
             queued: l.queued,
+            sequences: match l.state.stats.rounds {
+                0 => 1.0,
+                rounds => l.round_company as f64 / rounds as f64,
+            },
             token_ids: l.state.generated().to_vec(),
             top2_gaps: l.state.gaps().to_vec(),
         };

@@ -105,6 +105,9 @@ pub struct Summary {
     pub stats: SpecStats,
     /// Time waiting for a batch slot.
     pub queued: Duration,
+    /// The mean count of sequences in the steps that ran its rounds (1 without rounds): the
+    /// load its acceptance was measured under.
+    pub sequences: f64,
     /// The generated token ids (EOS excluded).
     pub token_ids: Vec<TokenId>,
     /// Shadow checks only: the top-2 logit gap behind each committed token.

@@ -274,6 +274,7 @@ impl RequestActor {
             e2e_secs: self.started.elapsed().as_secs_f64(),
             ttft: self.ttft.clone(),
             itl: self.itl.clone(),
+            load_share: Some(1.0 / s.sequences.max(1.0)),
             ..Default::default()
         };
         Record { key, record }

@@ -7,6 +7,7 @@ pub mod error;
 pub mod handlers;
 pub mod history_writer;
 pub mod openapi;
+pub mod ops;
 pub mod policies_api;
 pub mod prepare;
 pub mod quotas;

@@ -69,8 +69,7 @@ impl Router {
                     judged: rec.judged,
                     draft_secs: rec.draft_secs,
                     verify_secs: rec.verify_secs,
-                    // History keeps no load; its records count as if run alone.
-                    sequences: 1,
+                    sequences: typical(rec.sequences()),
                 },
             );
             seen += 1;
@@ -219,10 +218,15 @@ impl Handler<Observe> for Router {
             judged: s.stats.verified,
             draft_secs: s.stats.draft_time.as_secs_f64(),
             verify_secs: s.stats.verify_time.as_secs_f64(),
-            sequences: self.load_view().sequences,
+            sequences: typical(s.sequences),
         };
         self.learner.observe(&route, &obs);
     }
+}
+
+/// A mean count of sequences as the learner takes it.
+fn typical(sequences: f64) -> usize {
+    sequences.round().max(1.0) as usize
 }
 
 /// The outcome of a shadow check of one of the route's requests.
