@@ -194,22 +194,21 @@ pub struct SuffixStep {
     pub from_corpus: bool,
 }
 
-/// The best continuation of the deepest match among (local, shared) counts, or the
-/// corpus's where only it matches that deep. The request's own text and its scope's come
-/// first at equal depth: a prompt being copied predicts its own next token better than the
+/// The candidates for the next token, best first: the corpus's where it matches deeper
+/// than the sequence and its scope do, then the best continuation of the deepest match
+/// among their (local, shared) counts. The request's own text and its scope's come first
+/// at equal depth: a prompt being copied predicts its own next token better than the
 /// corpus's most common phrase does.
-fn best_next(
+fn next_candidates(
     local: &SuffixIndex,
     shared: Option<&SuffixIndex>,
     corpus: Option<&CorpusIndex>,
     ctx: &[TokenId],
-) -> Option<SuffixStep> {
+) -> [Option<SuffixStep>; 2] {
     let l = local.lookup(ctx);
     let s = shared.and_then(|s| s.lookup(ctx));
     let depth = l.map_or(0, |x| x.0).max(s.map_or(0, |x| x.0));
-    if let Some(step) = corpus.and_then(|c| c.best_next(ctx, depth)) {
-        return Some(step);
-    }
+    let from_corpus = corpus.and_then(|c| c.best_next(ctx, depth));
     let mut merged: HashMap<TokenId, u32> = HashMap::new();
     for (d, m) in [l, s].into_iter().flatten() {
         if d == depth {
@@ -220,16 +219,17 @@ fn best_next(
     }
     let total: u32 = merged.values().sum();
     // Highest count; the lowest id breaks a tie so proposals are deterministic.
-    let (&token, &count) = merged
+    let own = merged
         .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
-    Some(SuffixStep {
-        token,
-        share: count as f32 / total as f32,
-        count,
-        depth,
-        from_corpus: false,
-    })
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(&token, &count)| SuffixStep {
+            token,
+            share: count as f32 / total as f32,
+            count,
+            depth,
+            from_corpus: false,
+        });
+    [from_corpus, own]
 }
 
 impl SuffixDrafter {
@@ -243,7 +243,9 @@ impl SuffixDrafter {
         self.continuation_while(tokens, k, |_| true)
     }
 
-    /// `continuation`, ending before the first step `keep` refuses.
+    /// `continuation`, where each step is the first candidate `keep` takes (a corpus step
+    /// it refuses leaves the sequence's own shallower match to try), ending where it takes
+    /// none. `keep` must change nothing when it refuses.
     fn continuation_while(
         &mut self,
         tokens: &[TokenId],
@@ -263,8 +265,8 @@ impl SuffixDrafter {
         let mut context = tokens.to_vec();
         let mut steps = Vec::with_capacity(k);
         while steps.len() < k {
-            let Some(step) = best_next(&self.local, shared, corpus, &context).filter(&mut keep)
-            else {
+            let candidates = next_candidates(&self.local, shared, corpus, &context);
+            let Some(step) = candidates.into_iter().flatten().find(&mut keep) else {
                 break;
             };
             steps.push(step);
@@ -287,8 +289,12 @@ impl Drafter for SuffixDrafter {
         let mut score = 1.0f32;
         let draft = self
             .continuation_while(ctx.tokens, k, |step| {
-                score *= step.share * match_confidence(step.depth, max_depth);
-                score >= floor
+                let with = score * step.share * match_confidence(step.depth, max_depth);
+                let keep = with >= floor;
+                if keep {
+                    score = with;
+                }
+                keep
             })?
             .into_iter()
             .map(|step| step.token)
@@ -427,5 +433,15 @@ mod tests {
             propose(&mut SuffixDrafter::new(4, 0.0, None), &[1, 6, 7], 2).is_empty(),
             "without the corpus nothing matches"
         );
+    }
+
+    #[test]
+    fn a_corpus_step_too_weak_to_draft_leaves_the_sequences_own_match_to_draft() {
+        // The corpus continues [1, 2, 3] four ways (share 0.25 each); the sequence copies
+        // its own [2, 3] → 9 (depth 2, share 1: score 0.44 against a floor of 0.3).
+        let docs: [&[TokenId]; 4] = [&[1, 2, 3, 4], &[1, 2, 3, 5], &[1, 2, 3, 6], &[1, 2, 3, 7]];
+        let corpus: SharedCorpus = Arc::new(CorpusIndex::new(4, docs));
+        let mut d = SuffixDrafter::new(4, 0.3, None).with_corpus(Some(corpus));
+        assert_eq!(propose(&mut d, &[2, 3, 9, 8, 1, 2, 3], 1), vec![9]);
     }
 }
