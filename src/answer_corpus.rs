@@ -115,7 +115,17 @@ pub fn write(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| file_error(path, e))?;
     }
-    std::fs::write(path, out).map_err(|e| file_error(path, e))
+    // Whole or not at all: a reader (a starting server) never sees half a corpus, and a
+    // failed write (a full disk) leaves the old one in place.
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, out)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            file_error(path, e)
+        })
 }
 
 /// Each answer as the tokens a sequence holds where the answer is being written: the chat
@@ -210,6 +220,11 @@ impl CorpusSource {
             Self::Default => {
                 let path = default_path(model);
                 if !path.exists() {
+                    eprintln!(
+                        "specgate: no answer corpus at {} (suffix drafting uses tenants' text \
+                         alone; `specgate build-corpus` makes one)",
+                        path.display()
+                    );
                     return Ok(None);
                 }
                 Ok(load(&path, model, tok, max_depth)

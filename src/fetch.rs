@@ -38,7 +38,8 @@ pub fn default_model_path() -> PathBuf {
 }
 
 /// A file beside the model recording the checksum it was verified against with the file's
-/// size and modification time, so later starts skip re-hashing 98 MB unless the file changed.
+/// size and modification time (and, on Unix, its inode and change time, which no user can
+/// set back), so later starts skip re-hashing 98 MB unless the file changed.
 fn stamp_path(model: &Path) -> PathBuf {
     let mut name = model.file_name().unwrap_or_default().to_os_string();
     name.push(".verified");
@@ -53,10 +54,28 @@ fn stamp_text(model: &Path) -> Option<String> {
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?;
     Some(format!(
-        "{DEFAULT_MODEL_SHA256} {} {}",
+        "{DEFAULT_MODEL_SHA256} {} {}{}",
         meta.len(),
-        mtime.as_nanos()
+        mtime.as_nanos(),
+        identity(&meta)
     ))
+}
+
+#[cfg(unix)]
+fn identity(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        " {} {} {}.{}",
+        meta.dev(),
+        meta.ino(),
+        meta.ctime(),
+        meta.ctime_nsec()
+    )
+}
+
+#[cfg(not(unix))]
+fn identity(_: &std::fs::Metadata) -> String {
+    String::new()
 }
 
 fn stamp_matches(model: &Path) -> bool {

@@ -53,6 +53,12 @@ fn a_corpus_made_for_another_model_is_refused() {
     header.target_sha256 = "0".repeat(64);
     let path = dir.path().join("other.jsonl");
     answer_corpus::write(&path, &header, &answers[..3]).unwrap();
+    // Written whole through a temporary file, which is gone.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["other.jsonl"]);
     let lm = common::model();
     let model = common::model_path();
     let err = CorpusSource::Path(path.clone())
