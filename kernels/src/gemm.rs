@@ -104,10 +104,12 @@ pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[
 
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_256;
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use super::x86::*;
+    use super::x86_256::*;
     use super::*;
     use crate::packed::{Canonical, Packed};
     use crate::quantize::quantize_rows;

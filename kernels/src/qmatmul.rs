@@ -373,7 +373,7 @@ fn tile(
     }
     #[cfg(target_arch = "x86_64")]
     {
-        use gemm::x86::*;
+        use gemm::{x86::*, x86_256::*};
         // SAFETY: `matmul_with` only passes an `isa` this CPU supports; the group view and
         // activations hold `a.blocks` blocks and the tile's rows.
         unsafe {
