@@ -129,21 +129,27 @@ pub fn write(
 }
 
 /// Each answer as the tokens a sequence holds where the answer is being written: the chat
-/// template's assistant header, the answer, the end-of-turn token.
+/// template's assistant header, the answer, and the end-of-turn token where the model ended
+/// it. An answer of `max_tokens` (one less: re-encoding its text may merge a token) was cut
+/// off there, and an end-of-turn token after it would teach an end the model never chose.
 pub fn answer_tokens(
     tok: &Tokenizer,
     answers: &[CorpusAnswer],
+    max_tokens: usize,
 ) -> Result<Vec<Vec<TokenId>>, CorpusError> {
     let header = assistant_header(tok)?;
     answers
         .iter()
         .map(|a| {
+            let answer = tok
+                .encode(&a.answer)
+                .map_err(|e| CorpusError::Tokenize(e.to_string()))?;
+            let cut_off = answer.len() + 1 >= max_tokens;
             let mut ids = header.clone();
-            ids.extend(
-                tok.encode(&a.answer)
-                    .map_err(|e| CorpusError::Tokenize(e.to_string()))?,
-            );
-            ids.push(tok.eos());
+            ids.extend(answer);
+            if !cut_off {
+                ids.push(tok.eos());
+            }
             Ok(ids)
         })
         .collect()
@@ -178,7 +184,7 @@ pub fn load(
             actual,
         });
     }
-    let docs = answer_tokens(tok, &answers)?;
+    let docs = answer_tokens(tok, &answers, header.max_tokens)?;
     Ok(Arc::new(CorpusIndex::new(
         max_depth,
         docs.iter().map(Vec::as_slice),

@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use specgate::answer_corpus::{self, CorpusError, CorpusSource};
+use specgate::answer_corpus::{self, CorpusAnswer, CorpusError, CorpusSource};
 use specgate::chat::ChatMessage;
 use specgate::generate::{generate, GenerateParams};
 use specgate::prompts::load_prompt_sets;
@@ -43,6 +43,36 @@ fn the_shipped_corpus_answers_every_training_prompt_for_the_default_model() {
         "{} tokens for {words} words",
         corpus.len_tokens()
     );
+}
+
+#[test]
+fn only_answers_the_model_ended_end_with_its_end_of_turn_token() {
+    let lm = common::model();
+    let tok = &lm.tokenizer;
+    let answer = |text: String| CorpusAnswer {
+        class: "code".into(),
+        answer: text,
+    };
+    let (header, shipped) =
+        answer_corpus::read(&answer_corpus::default_path(&common::model_path())).unwrap();
+    let mut answers = vec![
+        answer("Hello there.".into()),
+        answer("#include <vector>\n".repeat(40)),
+    ];
+    answers.extend(shipped);
+    let docs = answer_corpus::answer_tokens(tok, &answers, header.max_tokens).unwrap();
+    assert_eq!(docs[0].last(), Some(&tok.eos()), "an ended answer");
+    assert_ne!(
+        docs[1].last(),
+        Some(&tok.eos()),
+        "an answer cut at max_tokens"
+    );
+    let cut = docs[2..]
+        .iter()
+        .filter(|d| d.last() != Some(&tok.eos()))
+        .count();
+    eprintln!("{cut} of {} shipped answers were cut off", docs.len() - 2);
+    assert!(cut > 0 && cut < docs.len() - 2);
 }
 
 #[test]
