@@ -397,3 +397,45 @@ fn a_full_queue_answers_429_with_retry_after() {
     );
     assert_eq!(ok + limited.len(), 5, "{results:?}");
 }
+
+#[test]
+fn a_client_that_leaves_a_non_streamed_request_frees_its_sequence() {
+    // Nothing is written to a non-streamed client until the end, so only the socket's close
+    // can tell the server it left: the generation must stop then, not at max_tokens.
+    let s = Server::start(&[]);
+    let key = s.tenant("leaver");
+    let addr = s.base.trim_start_matches("http://");
+    let mut sock = TcpStream::connect(addr).unwrap();
+    let body = json!({"model": s.model_id, "max_tokens": 2048, "temperature": 0,
+                      "prompt": "Count from 1 to 5000, one number per line:\n1\n2\n3\n"})
+    .to_string();
+    write!(
+        sock,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.metric("specgate_live_sequences") < 1.0 {
+        assert!(Instant::now() < deadline, "the request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancelled = s
+        .metric_if_exported("specgate_requests_cancelled_total")
+        .unwrap_or(0.0);
+    drop(sock);
+    let left = Instant::now();
+    while s.metric("specgate_live_sequences") > 0.0 {
+        assert!(
+            left.elapsed() < Duration::from_secs(3),
+            "the abandoned request still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        s.metric("specgate_requests_cancelled_total"),
+        cancelled + 1.0,
+        "it ended by cancellation, not by finishing"
+    );
+}

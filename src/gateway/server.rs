@@ -196,6 +196,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             .default_service(web::to(handlers::not_found))
     })
     .workers(cfg.workers.max(1))
+    // A client that closes its socket has left (actix keeps half-closed connections by
+    // default): the handler is dropped, and with it the request, which frees its sequence.
+    // Without this a non-streamed request, which writes nothing until it ends, ran on to
+    // max_tokens after its client was gone.
+    .h1_allow_half_closed(false)
     .shutdown_timeout(cfg.shutdown_timeout_secs)
     .disable_signals()
     .bind((cfg.host.as_str(), cfg.port))?;
