@@ -1,7 +1,8 @@
 //! The OpenAI request bodies specgate accepts, and their validation into one plain
 //! [`GenerationRequest`]. Pure: parsing and checks only, no HTTP types, so every rule is
 //! tested alone. Unknown fields are refused (a typo must not silently change behaviour);
-//! OpenAI fields we do not implement are accepted only at their neutral value.
+//! OpenAI fields we do not implement are accepted only at their neutral value
+//! ([`neutral`]).
 
 use serde::Deserialize;
 use specgate_policies::WorkloadClass;
@@ -42,9 +43,79 @@ pub struct ContentPart {
 pub struct Message {
     #[schema(pattern = "^(system|user|assistant|developer)$")]
     pub role: String,
-    pub content: Content,
+    /// Null only on an assistant message (read as empty).
+    #[serde(default)]
+    #[schema(value_type = Content, required = true)]
+    pub content: Option<Content>,
     #[serde(default)]
     pub name: Option<String>,
+    /// The fields an assistant message of the openai client carries, so a conversation
+    /// replayed from its responses reads back: accepted empty (null, [] or {}).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub refusal: Option<serde_json::Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<serde_json::Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub function_call: Option<serde_json::Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub audio: Option<serde_json::Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub annotations: Option<serde_json::Value>,
+}
+
+impl Message {
+    /// The first of the replay-only fields that is not empty.
+    pub fn unsupported_field(&self) -> Option<&'static str> {
+        [
+            ("refusal", &self.refusal),
+            ("tool_calls", &self.tool_calls),
+            ("function_call", &self.function_call),
+            ("audio", &self.audio),
+            ("annotations", &self.annotations),
+        ]
+        .into_iter()
+        .find(|(_, v)| v.as_ref().is_some_and(|v| !is_empty_value(v)))
+        .map(|(name, _)| name)
+    }
+}
+
+/// Null, an empty list or an empty object.
+pub fn is_empty_value(v: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether `v` is the value of an OpenAI field specgate does not implement that changes
+/// nothing (None: not such a field). Clients and UIs often send these as a matter of
+/// course; any other value is refused, since ignoring it would change the answer.
+fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
+    let null = v.is_null();
+    Some(match field {
+        "tools" | "functions" | "logit_bias" => is_empty_value(v),
+        "tool_choice" | "function_call" => null || v == "none" || v == "auto",
+        "parallel_tool_calls" => null || v.is_boolean(),
+        "response_format" => {
+            null || v
+                .as_object()
+                .is_some_and(|o| o.len() == 1 && o["type"] == "text")
+        }
+        "top_logprobs" => null || v == 0,
+        "store" => null || v == false,
+        "metadata" => null || v.is_object(),
+        "service_tier" => null || v == "auto" || v == "default",
+        "modalities" => null || v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
+        _ => return None,
+    })
 }
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -223,24 +294,40 @@ pub fn parse_body<T: RequestBody>(body: &[u8]) -> Result<T, ApiError> {
             "the request body is empty; expected JSON",
         ));
     }
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid(None, format!("the request body is not valid JSON: {e}"))
             .with_code("invalid_json")
     })?;
-    let Some(obj) = value.as_object() else {
+    let Some(obj) = value.as_object_mut() else {
         return Err(ApiError::invalid(
             None,
             "the request body must be a JSON object",
         ));
     };
-    if let Some(unknown) = obj
+    let others: Vec<String> = obj
         .keys()
-        .find(|k| !T::OWN_FIELDS.contains(&k.as_str()) && !COMMON_FIELDS.contains(&k.as_str()))
-    {
-        return Err(
-            ApiError::invalid(Some(unknown), format!("unknown field `{unknown}`"))
-                .with_code("unknown_field"),
-        );
+        .filter(|k| !T::OWN_FIELDS.contains(&k.as_str()) && !COMMON_FIELDS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for field in others {
+        match neutral(&field, &obj[&field]) {
+            Some(true) => {
+                obj.remove(&field);
+            }
+            Some(false) => {
+                return Err(ApiError::invalid(
+                    Some(&field),
+                    format!("`{field}` is not supported; only its neutral value is accepted"),
+                )
+                .with_code("unsupported_parameter"))
+            }
+            None => {
+                return Err(
+                    ApiError::invalid(Some(&field), format!("unknown field `{field}`"))
+                        .with_code("unknown_field"),
+                )
+            }
+        }
     }
     serde_json::from_value(value).map_err(|e| {
         ApiError::invalid(None, format!("invalid request body: {e}")).with_code("invalid_type")

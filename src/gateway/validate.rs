@@ -38,9 +38,22 @@ impl ChatRequest {
                     format!("unsupported role {:?} (system, user, assistant)", m.role),
                 ));
             }
+            if let Some(field) = m.unsupported_field() {
+                return Err(ApiError::invalid(
+                    Some(&format!("{param}.{field}")),
+                    format!("`{field}` is not supported; only null or empty is accepted"),
+                ));
+            }
             let content = match m.content {
-                Content::Text(t) => t,
-                Content::Parts(parts) => {
+                None if m.role == "assistant" => String::new(),
+                None => {
+                    return Err(ApiError::invalid(
+                        Some(&format!("{param}.content")),
+                        "`content` is required (null only on an assistant message)",
+                    ))
+                }
+                Some(Content::Text(t)) => t,
+                Some(Content::Parts(parts)) => {
                     let mut text = String::new();
                     for p in parts {
                         match (p.kind.as_str(), p.text) {

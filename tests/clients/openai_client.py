@@ -65,6 +65,22 @@ plain = client.chat.completions.create(
 )
 check(plain.choices[0].message.content == text, "speculation off gives the same greedy text")
 
+# A conversation replayed from the client's own response objects (their null refusal,
+# tool_calls, ... fields), with the neutral values of fields specgate does not implement.
+turns = messages + [chat.choices[0].message.model_dump(), {"role": "user", "content": "And Spain?"}]
+follow = client.chat.completions.create(
+    model=MODEL, messages=turns, max_tokens=16, temperature=0,
+    response_format={"type": "text"}, tools=[], store=False, logit_bias={}, metadata={"app": "t"},
+)
+check(len(follow.choices[0].message.content) > 0, "a replayed conversation with neutral fields")
+try:
+    client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=4, response_format={"type": "json_object"},
+    )
+    check(False, "json mode must fail")
+except openai.BadRequestError as e:
+    check("response_format" in str(e), "an unsupported value is BadRequestError (400) naming it")
+
 # Models.
 ids = [m.id for m in client.models.list().data]
 check(MODEL in ids, "models lists the served model")
