@@ -3,7 +3,7 @@
 //! tests can prove what users rely on — a dead engine answers 503 instead of hanging, a
 //! failing drafter costs speculation, never the answer. Off unless asked for.
 
-use specgate_strategies::{Draft, DraftContext, DraftError, Drafter};
+use specgate_strategies::{Draft, DraftContext, DraftError, Drafter, TrackRecord};
 
 use crate::strategy::BoxedDrafter;
 
@@ -11,7 +11,8 @@ use crate::strategy::BoxedDrafter;
 pub struct Faults {
     /// The engine thread panics when it runs this step (counted from 1).
     pub engine_panic_at_step: Option<u64>,
-    /// Every n-th proposal of every drafter fails, alternating a panic and an error.
+    /// Every n-th proposal of every drafter fails, alternating a panic and an error; every
+    /// n-th commit panics, and so does the first of every n track-record lookups.
     pub drafter_fail_every: Option<u64>,
 }
 
@@ -49,17 +50,22 @@ impl Faults {
                 inner: drafter,
                 every,
                 calls: 0,
+                commits: 0,
+                lookups: std::cell::Cell::new(0),
             }),
             None => drafter,
         }
     }
 }
 
-/// A drafter whose every n-th proposal panics or errors (alternately).
+/// A drafter whose every n-th proposal panics or errors (alternately), whose every n-th
+/// commit panics, and whose first of every n track-record lookups panics.
 pub struct FailingDrafter {
     inner: BoxedDrafter,
     every: u64,
     calls: u64,
+    commits: u64,
+    lookups: std::cell::Cell<u64>,
 }
 
 impl Drafter for FailingDrafter {
@@ -82,11 +88,27 @@ impl Drafter for FailingDrafter {
     }
 
     fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
+        self.commits += 1;
+        if self.commits.is_multiple_of(self.every) {
+            panic!("injected drafter fault (commit {})", self.commits);
+        }
         self.inner.on_commit(ctx, accepted);
     }
 
     fn finish(&mut self) {
         self.inner.finish();
+    }
+
+    fn track_record(&self) -> Option<TrackRecord> {
+        // The first of every n: a request looks its drafter's record up once, at its start.
+        self.lookups.set(self.lookups.get() + 1);
+        if (self.lookups.get() - 1).is_multiple_of(self.every) {
+            panic!(
+                "injected drafter fault (track record {})",
+                self.lookups.get()
+            );
+        }
+        self.inner.track_record()
     }
 }
 

@@ -35,8 +35,6 @@ pub struct ModelDrafter {
 pub enum DraftModelError {
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error("the draft model's lock was poisoned by a panic")]
-    Poisoned,
     #[error("draft model {path}: {why}; it must share the target's vocabulary")]
     Vocabulary { path: String, why: String },
 }
@@ -99,10 +97,7 @@ impl ModelDrafter {
         model: SharedModel,
         seed: u64,
     ) -> Result<Self, DraftModelError> {
-        let seq = model
-            .lock()
-            .map_err(|_| DraftModelError::Poisoned)?
-            .new_sequence();
+        let seq = lock_model(&model).new_sequence();
         Ok(Self {
             name,
             model,
@@ -112,12 +107,6 @@ impl ModelDrafter {
             record: SpecStats::default(),
             pending: (0, Duration::ZERO),
         })
-    }
-
-    fn lock(&self) -> Result<MutexGuard<'_, Model>, ModelError> {
-        self.model
-            .lock()
-            .map_err(|_| ModelError::Invalid("draft model lock poisoned".into()))
     }
 
     /// Bring the draft cache to `tokens` (roll back what diverged, feed what is missing) and
@@ -132,15 +121,20 @@ impl ModelDrafter {
         // Keep at least one token to feed, so there is a row of logits to draft from.
         let keep = common.min(tokens.len() - 1);
         let shared = Arc::clone(&self.model);
-        let mut model = shared
-            .lock()
-            .map_err(|_| ModelError::Invalid("draft model lock poisoned".into()))?;
+        let mut model = lock_model(&shared);
         model.truncate(self.seq, keep)?;
         self.fed.truncate(keep);
         let out = model.forward_one(self.seq, &tokens[keep..], LogitRows::Last)?;
         self.fed.extend_from_slice(&tokens[keep..]);
         Ok(out.row(0, 0).to_vec())
     }
+}
+
+/// The shared draft model, even after a panic while another request held it: each sequence
+/// re-syncs its own cache before drafting (`sync` truncates to what it knows it fed), and a
+/// draft is only a guess the target checks.
+fn lock_model(model: &SharedModel) -> MutexGuard<'_, Model> {
+    model.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Drafter for ModelDrafter {
@@ -153,9 +147,7 @@ impl Drafter for ModelDrafter {
         if ctx.tokens.is_empty() || k == 0 {
             return Ok(Draft::empty());
         }
-        let room = self
-            .lock()
-            .map_err(err)?
+        let room = lock_model(&self.model)
             .config()
             .context_length
             .saturating_sub(ctx.tokens.len() + 1);
@@ -176,9 +168,7 @@ impl Drafter for ModelDrafter {
                 qs.push(q);
             }
             if i + 1 < k {
-                let out = self
-                    .lock()
-                    .map_err(err)?
+                let out = lock_model(&self.model)
                     .forward_one(self.seq, &[t], LogitRows::Last)
                     .map_err(err)?;
                 self.fed.push(t);
@@ -208,8 +198,6 @@ impl Drafter for ModelDrafter {
 
 impl Drop for ModelDrafter {
     fn drop(&mut self) {
-        if let Ok(mut model) = self.model.lock() {
-            model.release(self.seq);
-        }
+        lock_model(&self.model).release(self.seq);
     }
 }

@@ -146,8 +146,11 @@ impl SequenceState {
         vocab: usize,
     ) -> RoundInput {
         if let (Some(c), 0) = (self.controller.as_mut(), self.stats.rounds) {
-            if let Some(r) = drafter.track_record() {
-                c.seed(r.alpha, r.judged, r.step_secs);
+            // A drafter's fault costs speculation, never the request.
+            match catch_unwind(AssertUnwindSafe(|| drafter.track_record())) {
+                Ok(Some(r)) => c.seed(r.alpha, r.judged, r.step_secs),
+                Ok(None) => {}
+                Err(_) => self.stats.drafter_failures += 1,
             }
         }
         let wanted = self
@@ -254,7 +257,9 @@ impl SequenceState {
             hidden: self.hidden.as_deref(),
             row_cost: None,
         };
-        drafter.on_commit(&ctx, accepted);
+        if catch_unwind(AssertUnwindSafe(|| drafter.on_commit(&ctx, accepted))).is_err() {
+            self.stats.drafter_failures += 1;
+        }
         self.pending = committed.last().copied();
         Ok(released)
     }

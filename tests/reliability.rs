@@ -140,12 +140,18 @@ fn a_failing_drafter_costs_speculation_never_the_answer() {
         .as_str()
         .unwrap()
         .to_string();
-    for strategy in ["ngram", "suffix", "early-exit"] {
+    // Proposals, commits and (adaptive k, no k given) the track-record lookup all fail.
+    for (strategy, k) in [
+        ("ngram", json!(4)),
+        ("suffix", json!(4)),
+        ("early-exit", json!(4)),
+        ("early-exit", json!(null)),
+    ] {
         let body = chat_body(
             &s,
             CODE,
             48,
-            json!({"speculation": {"strategy": strategy, "k": 4}}),
+            json!({"speculation": {"strategy": strategy, "k": k}}),
         );
         let (status, _, v) = chat_status(&s, &key, &body);
         assert_eq!(status, 200, "{strategy}: {v}");
