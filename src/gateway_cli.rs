@@ -54,13 +54,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
     /// Most tokens in one engine step (decode, verify and prefill rows together).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = at_least_one)]
     max_batch_tokens: usize,
     /// Most prompt tokens of one sequence per step.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     prefill_chunk: usize,
     /// Batch slots (live sequences).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = at_least_one)]
     max_sequences: usize,
     /// KV cache memory live sequences may reserve, in MiB.
     #[arg(long, default_value_t = 1024)]
@@ -305,4 +305,13 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
     println!("{}", specgate::loadgen::markdown(&run.rows));
     specgate::loadgen::write_results(&args.out, &run)?;
     Ok(())
+}
+
+/// A count the engine cannot run with at 0 (no slot, no row, no prompt token per step).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }

@@ -227,6 +227,19 @@ fn strategy_errors_are_clear() {
 }
 
 #[test]
+fn serve_refuses_engine_sizes_it_cannot_run_with() {
+    // At 0 the engine could never admit, step or prefill: refused before the model loads.
+    for flag in ["--max-sequences", "--max-batch-tokens", "--prefill-chunk"] {
+        let (code, _, stderr) = specgate(&["serve", flag, "0", "--port", "1"]);
+        assert_eq!(code, 2, "{flag}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("at least 1"),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn bench_spec_runs_the_chosen_sets_and_reports_both_speed_ups() {
     let model = common::model_path();
     let dir = tempfile::tempdir().expect("tempdir");

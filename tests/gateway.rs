@@ -352,6 +352,28 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
     let (got, t) = s.post("/v1/chat/completions", &key, &tiny);
     assert_eq!(got, 200, "{t}");
     assert_eq!(chat_text(&t), chat_text(&v));
+    // The auth scheme is case-insensitive.
+    let lower = ureq::post(&s.url("/v1/chat/completions"))
+        .set("Authorization", &format!("bearer {key}"))
+        .send_json(ok.clone());
+    assert_eq!(lower.map(|r| r.status()).ok(), Some(200));
+    // Sampling without a seed differs between requests (as OpenAI's does); a seed repeats.
+    // (Speculation off: a learned k may change between requests, and with it the draws.)
+    let sampled = |extra: Value| {
+        let mut body = chat_body(&s, "Write a poem about the sea.", extra);
+        body["speculation"] = json!({"enabled": false});
+        body["temperature"] = json!(1.0);
+        body["max_tokens"] = json!(24);
+        let (got, v) = s.post("/v1/chat/completions", &key, &body);
+        assert_eq!(got, 200, "{v}");
+        chat_text(&v).to_string()
+    };
+    let unseeded: Vec<String> = (0..3).map(|_| sampled(json!({}))).collect();
+    assert!(
+        unseeded[0] != unseeded[1] || unseeded[1] != unseeded[2],
+        "three unseeded samples were equal: {unseeded:?}"
+    );
+    assert_eq!(sampled(json!({"seed": 7})), sampled(json!({"seed": 7})));
 }
 
 #[test]

@@ -277,7 +277,8 @@ pub struct GenerationRequest {
     /// context leaves after the prompt.
     pub max_tokens: Option<usize>,
     pub sampling: SamplingParams,
-    pub seed: u64,
+    /// None: the client gave no seed, so two such requests sample differently.
+    pub seed: Option<u64>,
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,

@@ -72,12 +72,12 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 }
 
 pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
-    req.headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    // The scheme is case-insensitive (RFC 9110 §11.1): some clients send `bearer`.
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
 }
 
 pub(super) fn store_error(e: TenantError) -> ApiError {

@@ -41,7 +41,8 @@ pub fn prepare(
         params: GenerateParams {
             max_tokens,
             sampling: r.sampling,
-            seed: r.seed,
+            // Unseeded sampling must differ between requests, as OpenAI's does.
+            seed: r.seed.unwrap_or_else(rand::random),
             stop: r.stop.clone(),
             max_draft_tokens: 0,
             adaptive_k: false,

@@ -244,8 +244,8 @@ impl CommonFields {
                 top_p: top_p as f32,
                 min_p: min_p as f32,
             },
-            // A request without a seed still gets reproducible rounds; OpenAI's seed is i64.
-            seed: self.seed.map_or(0, |s| s as u64),
+            // OpenAI's seed is i64; none → the shell draws one per request.
+            seed: self.seed.map(|s| s as u64),
             stop,
             stream,
             include_usage,
