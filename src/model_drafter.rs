@@ -18,12 +18,19 @@ use crate::tokenizer::Tokenizer;
 /// Draft-model weights shared by the drafters of many sequences (each has its own cache).
 pub type SharedModel = Arc<Mutex<Model>>;
 
+/// Most tokens the draft model takes in before one draft. Drafting runs on the engine's
+/// thread between steps, so a long prompt fed at once would stall every sequence the way
+/// unchunked prefill would; it is caught up over several rounds instead, drafting nothing
+/// until it is in.
+pub const CATCH_UP_CHUNK: usize = 256;
+
 /// A draft model and the one sequence it drafts for.
 pub struct ModelDrafter {
     name: &'static str,
     model: SharedModel,
     seq: SeqId,
     fed: Vec<TokenId>, // tokens in the draft model's cache
+    catch_up_chunk: usize,
     rng: ChaCha8Rng,
     /// Its rounds over every sequence it drafted for (see [`TrackRecord`]), and the last
     /// draft awaiting its verdict: tokens and drafting time.
@@ -103,15 +110,23 @@ impl ModelDrafter {
             model,
             seq,
             fed: Vec::new(),
+            catch_up_chunk: CATCH_UP_CHUNK,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
             record: SpecStats::default(),
             pending: (0, Duration::ZERO),
         })
     }
 
-    /// Bring the draft cache to `tokens` (roll back what diverged, feed what is missing) and
-    /// return the logits after the last token. `tokens` is never empty here.
-    fn sync(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>, ModelError> {
+    /// Take in at most `n` tokens before a draft (default [`CATCH_UP_CHUNK`]; at least 1).
+    pub fn with_catch_up_chunk(mut self, n: usize) -> Self {
+        self.catch_up_chunk = n.max(1);
+        self
+    }
+
+    /// Bring the draft cache toward `tokens` (roll back what diverged, feed what is missing)
+    /// and return the logits after the last token, or None while more than one chunk is
+    /// missing (a chunk was fed). `tokens` is never empty here.
+    fn sync(&mut self, tokens: &[TokenId]) -> Result<Option<Vec<f32>>, ModelError> {
         let common = self
             .fed
             .iter()
@@ -124,9 +139,15 @@ impl ModelDrafter {
         let mut model = lock_model(&shared);
         model.truncate(self.seq, keep)?;
         self.fed.truncate(keep);
+        if tokens.len() - keep > self.catch_up_chunk {
+            let chunk = &tokens[keep..keep + self.catch_up_chunk];
+            model.forward_one(self.seq, chunk, LogitRows::None)?;
+            self.fed.extend_from_slice(chunk);
+            return Ok(None);
+        }
         let out = model.forward_one(self.seq, &tokens[keep..], LogitRows::Last)?;
         self.fed.extend_from_slice(&tokens[keep..]);
-        Ok(out.row(0, 0).to_vec())
+        Ok(Some(out.row(0, 0).to_vec()))
     }
 }
 
@@ -153,7 +174,9 @@ impl Drafter for ModelDrafter {
             .saturating_sub(ctx.tokens.len() + 1);
         let k = k.min(room);
         let started = Instant::now();
-        let mut logits = self.sync(ctx.tokens).map_err(err)?;
+        let Some(mut logits) = self.sync(ctx.tokens).map_err(err)? else {
+            return Ok(Draft::empty());
+        };
         let mut draft = Draft {
             tokens: Vec::with_capacity(k),
             q: Some(Vec::with_capacity(k)),

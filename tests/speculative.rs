@@ -253,3 +253,38 @@ fn a_draft_model_with_another_vocabulary_is_refused() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_long_prompt_reaches_the_draft_model_a_chunk_a_round_and_drafts_as_if_fed_at_once() {
+    use specgate::model_drafter::{ModelDrafter, CATCH_UP_CHUNK};
+    use specgate_strategies::{DraftContext, Drafter, SamplingParams};
+    let lm = common::model();
+    let text = "fn area(w: u32, h: u32) -> u32 { w * h }\n".repeat(40);
+    let tokens = lm.tokenizer.encode(&text).unwrap();
+    assert!(tokens.len() > 2 * CATCH_UP_CHUNK, "{}", tokens.len());
+    let sampling = SamplingParams::greedy();
+    let ctx = DraftContext {
+        tokens: &tokens,
+        prompt_len: tokens.len(),
+        sampling: &sampling,
+        hidden: None,
+        row_cost: None,
+    };
+    let early_exit = || ModelDrafter::early_exit(&common::model_path(), DEFAULT_EXIT_LAYER, 0);
+    // Each round takes one chunk in and drafts nothing, until the last chunk.
+    let mut chunked = early_exit().unwrap();
+    let mut rounds = 1;
+    let draft = loop {
+        let d = chunked.propose(&ctx, 4).unwrap();
+        if !d.is_empty() {
+            break d;
+        }
+        rounds += 1;
+        assert!(rounds <= tokens.len(), "never drafted");
+    };
+    assert_eq!(rounds, tokens.len().div_ceil(CATCH_UP_CHUNK));
+    assert_eq!(draft.len(), 4);
+    // The same draft as a drafter that took the whole prompt at once.
+    let mut whole = early_exit().unwrap().with_catch_up_chunk(usize::MAX);
+    assert_eq!(whole.propose(&ctx, 4).unwrap().tokens, draft.tokens);
+}
