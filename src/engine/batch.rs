@@ -187,9 +187,14 @@ impl Engine {
         // Only steps of rounds price a verify row: a prompt chunk's tokens skip the LM head
         // and attend over the prompt, and one long chunk would set the fit's slope (a single
         // request's row cost read 0.5-0.6 with them).
+        // A failed pass's time prices nothing.
         let rounds_only = work.iter().all(|w| matches!(w, Work::Round(..)));
-        if let (true, Ok(mut costs)) = (rounds_only, self.status.step_costs.lock()) {
-            costs.observe(work.len(), batch_tokens, pass.as_secs_f64());
+        if rounds_only && result.is_ok() {
+            self.status
+                .step_costs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(work.len(), batch_tokens, pass.as_secs_f64());
         }
         self.status.steps.fetch_add(1, Ordering::Relaxed);
         let out = match result {

@@ -211,11 +211,12 @@ async fn respond(
         &overrides,
         (job.prompt.len() + job.params.max_tokens) as u64,
     )?;
-    let id = state.services.engine.next_request_id();
+    // Random, not a counter: a sequential id would tell every tenant the server's traffic.
+    let id: u128 = rand::random();
     let meta = ResponseMeta {
         id: match endpoint {
-            Endpoint::Chat => format!("chatcmpl-{:x}{:06x}", state.started, id.0),
-            Endpoint::Completion => format!("cmpl-{:x}{:06x}", state.started, id.0),
+            Endpoint::Chat => format!("chatcmpl-{id:032x}"),
+            Endpoint::Completion => format!("cmpl-{id:032x}"),
         },
         created: unix_now(),
         model: state.limits.model_id.clone(),

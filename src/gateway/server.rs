@@ -150,12 +150,14 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         .collect();
     let policies = PolicyStore::open(&db)?;
     policies.seed_defaults()?;
-    let history = HistoryWriter::new(
+    let writer = HistoryWriter::new(
         &db,
         Duration::from_millis(cfg.history_flush_ms.max(10)),
         Duration::from_secs(24 * 3600),
-    )?
-    .start();
+    )?;
+    // Its own thread: a flush's fsync and rollups must not stall the router and the
+    // strategy actors, which share the system arbiter.
+    let history = HistoryWriter::start_in_arbiter(&actix::Arbiter::new().handle(), |_| writer);
     let mut router = Router::new(engine.clone(), available, policies.clone(), history.clone());
     router.warm_start(&db.open_tree("history")?, 3600);
     let router = router.start();
