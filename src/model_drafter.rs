@@ -31,6 +31,9 @@ pub struct ModelDrafter {
     seq: SeqId,
     fed: Vec<TokenId>, // tokens in the draft model's cache
     catch_up_chunk: usize,
+    /// A catch-up is under way: each commit takes the next chunk in, drafting or not (the
+    /// controller may be on plain rounds and propose nothing until its next probe).
+    catching_up: bool,
     rng: ChaCha8Rng,
     /// Its rounds over every sequence it drafted for (see [`TrackRecord`]), and the last
     /// draft awaiting its verdict: tokens and drafting time.
@@ -111,15 +114,17 @@ impl ModelDrafter {
             seq,
             fed: Vec::new(),
             catch_up_chunk: CATCH_UP_CHUNK,
+            catching_up: false,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
             record: SpecStats::default(),
             pending: (0, Duration::ZERO),
         })
     }
 
-    /// Take in at most `n` tokens before a draft (default [`CATCH_UP_CHUNK`]; at least 1).
+    /// Take in at most `n` tokens a round (default [`CATCH_UP_CHUNK`]; at least 2, so the
+    /// catch-up outruns the one token a plain round adds).
     pub fn with_catch_up_chunk(mut self, n: usize) -> Self {
-        self.catch_up_chunk = n.max(1);
+        self.catch_up_chunk = n.max(2);
         self
     }
 
@@ -173,8 +178,12 @@ impl Drafter for ModelDrafter {
             .context_length
             .saturating_sub(ctx.tokens.len() + 1);
         let k = k.min(room);
+        if k == 0 {
+            return Ok(Draft::empty());
+        }
         let started = Instant::now();
         let Some(mut logits) = self.sync(ctx.tokens).map_err(err)? else {
+            self.catching_up = true;
             return Ok(Draft::empty());
         };
         let mut draft = Draft {
@@ -202,7 +211,11 @@ impl Drafter for ModelDrafter {
         Ok(draft)
     }
 
-    fn on_commit(&mut self, _: &DraftContext<'_>, accepted: usize) {
+    fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
+        if self.catching_up && !ctx.tokens.is_empty() {
+            // Done once the rest fits in one chunk; a failure leaves it to the next propose.
+            self.catching_up = matches!(self.sync(ctx.tokens), Ok(None));
+        }
         if let (drafted @ 1.., secs) = std::mem::take(&mut self.pending) {
             self.record
                 .record_round(drafted, accepted, secs, Duration::ZERO);

@@ -49,6 +49,19 @@ const FIELDS: &[&str] = &[
     "echo",
     "best_of",
     "suffix",
+    // OpenAI fields accepted only at their neutral value, and assistant replay fields.
+    "tools",
+    "tool_choice",
+    "response_format",
+    "logit_bias",
+    "top_logprobs",
+    "metadata",
+    "modalities",
+    "prediction",
+    "reasoning_effort",
+    "refusal",
+    "tool_calls",
+    "include_obfuscation",
 ];
 
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
@@ -231,6 +244,8 @@ fn edge_cases_get_errors_not_panics() {
         deep,
         "\u{feff}{}".to_string(),
         "{\"model\": \"".to_string(),
+        // A one-key response_format without "type" (once a panic).
+        format!(r#"{{{m}, "prompt": "x", "response_format": {{"json_schema": {{}}}}}}"#),
     ];
     let valid: Vec<usize> = (0..bodies.len())
         .filter(|&i| run_request(bodies[i].as_bytes(), &tok) > 0)

@@ -287,4 +287,12 @@ fn a_long_prompt_reaches_the_draft_model_a_chunk_a_round_and_drafts_as_if_fed_at
     // The same draft as a drafter that took the whole prompt at once.
     let mut whole = early_exit().unwrap().with_catch_up_chunk(usize::MAX);
     assert_eq!(whole.propose(&ctx, 4).unwrap().tokens, draft.tokens);
+    // Rounds that draft nothing (adaptive k on plain) carry the catch-up on at each commit,
+    // so the next proposal drafts at once.
+    let mut on_plain = early_exit().unwrap();
+    assert!(on_plain.propose(&ctx, 4).unwrap().is_empty());
+    for _ in 2..rounds {
+        on_plain.on_commit(&ctx, 0);
+    }
+    assert_eq!(on_plain.propose(&ctx, 4).unwrap().tokens, draft.tokens);
 }

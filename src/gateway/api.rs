@@ -84,11 +84,12 @@ impl Message {
     }
 }
 
-/// Null, an empty list or an empty object.
+/// Null, an empty string, list or object.
 pub fn is_empty_value(v: &serde_json::Value) -> bool {
     use serde_json::Value;
     match v {
         Value::Null => true,
+        Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(o) => o.is_empty(),
         _ => false,
@@ -100,20 +101,27 @@ pub fn is_empty_value(v: &serde_json::Value) -> bool {
 /// course; any other value is refused, since ignoring it would change the answer.
 fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
     let null = v.is_null();
+    let zero = |v: &serde_json::Value| v.as_f64() == Some(0.0);
     Some(match field {
-        "tools" | "functions" | "logit_bias" => is_empty_value(v),
+        "tools" | "functions" => is_empty_value(v),
+        // A bias of 0 changes no logit.
+        "logit_bias" => null || v.as_object().is_some_and(|o| o.values().all(zero)),
         "tool_choice" | "function_call" => null || v == "none" || v == "auto",
         "parallel_tool_calls" => null || v.is_boolean(),
         "response_format" => {
             null || v
                 .as_object()
-                .is_some_and(|o| o.len() == 1 && o["type"] == "text")
+                .is_some_and(|o| o.len() == 1 && o.get("type").is_some_and(|t| t == "text"))
         }
-        "top_logprobs" => null || v == 0,
+        "top_logprobs" => null || zero(v),
         "store" => null || v == false,
         "metadata" => null || v.is_object(),
         "service_tier" => null || v == "auto" || v == "default",
         "modalities" => null || v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
+        // Hints that change latency or bookkeeping, never the answer.
+        "prediction" | "prompt_cache_key" | "safety_identifier" => true,
+        // Known, and not implemented at any value but null.
+        "reasoning_effort" | "verbosity" | "audio" | "web_search_options" => null,
         _ => return None,
     })
 }
@@ -123,6 +131,10 @@ fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
+    /// OpenAI pads chunks against length side channels; specgate's chunks are not padded,
+    /// whatever this says.
+    #[serde(default)]
+    pub include_obfuscation: Option<bool>,
 }
 
 /// specgate's extension: `{"strategy": "ngram", "k": 4}` or `{"enabled": false}`.
@@ -333,4 +345,64 @@ pub fn parse_body<T: RequestBody>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| {
         ApiError::invalid(None, format!("invalid request body: {e}")).with_code("invalid_type")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_neutral_values_of_unimplemented_fields_pass() {
+        let cases = [
+            ("tools", json!([]), Some(true)),
+            ("tools", json!([{"type": "function"}]), Some(false)),
+            ("logit_bias", json!({"50256": 0}), Some(true)),
+            ("logit_bias", json!({"50256": -100}), Some(false)),
+            ("response_format", json!({"type": "text"}), Some(true)),
+            (
+                "response_format",
+                json!({"type": "json_object"}),
+                Some(false),
+            ),
+            ("response_format", json!({"json_schema": {}}), Some(false)),
+            ("top_logprobs", json!(0.0), Some(true)),
+            ("top_logprobs", json!(2), Some(false)),
+            (
+                "prediction",
+                json!({"type": "content", "content": "x"}),
+                Some(true),
+            ),
+            ("reasoning_effort", json!(null), Some(true)),
+            ("reasoning_effort", json!("high"), Some(false)),
+            ("temprature", json!(0), None),
+        ];
+        for (field, value, want) in cases {
+            assert_eq!(neutral(field, &value), want, "{field}: {value}");
+        }
+    }
+
+    #[test]
+    fn a_known_unimplemented_field_is_unsupported_and_a_typo_unknown() {
+        let code = |body: serde_json::Value| {
+            parse_body::<CompletionRequest>(body.to_string().as_bytes())
+                .err()
+                .and_then(|e| e.code)
+        };
+        let base = json!({"model": "m", "prompt": "x"});
+        let with = |k: &str, v: serde_json::Value| {
+            let mut b = base.clone();
+            b[k] = v;
+            b
+        };
+        assert_eq!(code(with("tools", json!([]))), None);
+        assert_eq!(
+            code(with("reasoning_effort", json!("low"))),
+            Some("unsupported_parameter")
+        );
+        assert_eq!(code(with("temprature", json!(0))), Some("unknown_field"));
+        let mut obfuscated = base.clone();
+        obfuscated["stream_options"] = json!({"include_usage": true, "include_obfuscation": false});
+        assert_eq!(code(obfuscated), None);
+    }
 }

@@ -214,8 +214,10 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     actix_web::rt::spawn(drain_on_signal(server.handle(), draining));
     server.await?;
     // Drained (or out of time): what the writer still holds goes to disk before we exit.
-    if let Ok(Err(e)) = history.send(Flush).await {
-        eprintln!("specgate: final history flush failed: {e}");
+    match history.send(Flush).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("specgate: final history flush failed: {e}"),
+        Err(e) => eprintln!("specgate: the history writer is gone, its last records lost: {e}"),
     }
     db.flush()?;
     eprintln!("specgate: stopped");

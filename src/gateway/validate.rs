@@ -42,7 +42,8 @@ impl ChatRequest {
                 return Err(ApiError::invalid(
                     Some(&format!("{param}.{field}")),
                     format!("`{field}` is not supported; only null or empty is accepted"),
-                ));
+                )
+                .with_code("unsupported_parameter"));
             }
             let content = match m.content {
                 None if m.role == "assistant" => String::new(),
