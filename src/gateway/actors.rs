@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use specgate_policies::SpecPlan;
-use specgate_strategies::PlainDrafter;
+use specgate_strategies::{PlainDrafter, PredictionDrafter};
 use tokio::sync::{mpsc, oneshot};
 
 use super::api::SpecOverride;
@@ -43,6 +43,8 @@ pub struct Job {
     pub params: GenerateParams,
     pub route: RouteLabels,
     pub speculation: SpecOverride,
+    /// The client's predicted output, tokenized (empty: none).
+    pub prediction: Vec<TokenId>,
 }
 
 /// The actors and the engine a request talks to.
@@ -71,6 +73,8 @@ pub struct RequestActor {
     ttft: LatencyHistogram,
     itl: LatencyHistogram,
     finished: bool,
+    /// Drafted from the client's prediction (kept from the learner).
+    predicted: bool,
 }
 
 impl RequestActor {
@@ -101,6 +105,7 @@ impl RequestActor {
             ttft: LatencyHistogram::default(),
             itl: LatencyHistogram::default(),
             finished: false,
+            predicted: false,
         };
         actor.start();
         (admit_rx, out_rx)
@@ -186,6 +191,15 @@ impl Actor for RequestActor {
                     log_drafter_unavailable(&why);
                     (SpecPlan::PLAIN, Box::new(PlainDrafter) as BoxedDrafter)
                 }
+            };
+            // A prediction drafts first wherever the plan drafts at all (not where load or
+            // the client turned speculation off). Its rounds say nothing about the route's
+            // strategy, so the learner does not see them.
+            let drafter = if job.prediction.is_empty() || plan.k == 0 {
+                drafter
+            } else {
+                act.predicted = true;
+                Box::new(PredictionDrafter::new(job.prediction, drafter)) as BoxedDrafter
             };
             let (tx, mut rx) = mpsc::unbounded_channel();
             let mut params = job.params;
@@ -327,10 +341,12 @@ impl StreamHandler<Event> for RequestActor {
             }
             Event::Done(summary) => {
                 self.finished = true;
-                self.router.do_send(Observe {
-                    route: self.route.clone(),
-                    summary: summary.clone(),
-                });
+                if !self.predicted {
+                    self.router.do_send(Observe {
+                        route: self.route.clone(),
+                        summary: summary.clone(),
+                    });
+                }
                 self.history.do_send(self.history_record(&summary));
                 self.maybe_shadow_check(&summary);
                 let labels = self.labels();

@@ -28,6 +28,35 @@ pub enum Content {
     Parts(Vec<ContentPart>),
 }
 
+impl Content {
+    /// The text, parts joined; any part but text is refused (naming `param`).
+    pub fn into_text(self, param: &str) -> Result<String, ApiError> {
+        match self {
+            Content::Text(t) => Ok(t),
+            Content::Parts(parts) => parts
+                .into_iter()
+                .map(|p| match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) => Ok(t),
+                    _ => Err(ApiError::invalid(
+                        Some(param),
+                        "only text content parts are supported",
+                    )),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// OpenAI's predicted output: `{"type": "content", "content": "…"}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PredictionField {
+    #[serde(rename = "type")]
+    #[schema(pattern = "^content$")]
+    pub kind: String,
+    pub content: Content,
+}
+
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContentPart {
@@ -119,7 +148,7 @@ fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
         "service_tier" => null || v == "auto" || v == "default",
         "modalities" => null || v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
         // Hints that change latency or bookkeeping, never the answer.
-        "prediction" | "prompt_cache_key" | "safety_identifier" => true,
+        "prompt_cache_key" | "safety_identifier" => true,
         // Known, and not implemented at any value but null.
         "reasoning_effort" | "verbosity" | "audio" | "web_search_options" => null,
         _ => return None,
@@ -190,10 +219,14 @@ pub struct CommonFields {
     #[schema(pattern = "^(code_edit|rag|creative|chat)$")]
     pub workload: Option<String>,
     pub speculation: Option<SpeculationField>,
+    /// What the client expects most of the answer to be: drafted from when the request
+    /// drafts (a wrong one costs speed, never the answer).
+    #[serde(default)]
+    pub prediction: Option<PredictionField>,
 }
 
 /// Fields of [`CommonFields`]; with the endpoint's own, anything else is refused.
-const COMMON_FIELDS: [&str; 18] = [
+const COMMON_FIELDS: [&str; 19] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -212,6 +245,7 @@ const COMMON_FIELDS: [&str; 18] = [
     "logprobs",
     "workload",
     "speculation",
+    "prediction",
 ];
 
 /// A body the endpoint can name its fields for.
@@ -296,6 +330,8 @@ pub struct GenerationRequest {
     pub include_usage: bool,
     pub workload: Option<WorkloadClass>,
     pub speculation: SpecOverride,
+    /// The predicted output's text (`prediction`), when given.
+    pub prediction: Option<String>,
 }
 
 /// Parse a JSON body into `T`: a 400 with serde's explanation when it is not JSON or a field

@@ -34,6 +34,14 @@ pub fn prepare(
     if prompt.is_empty() {
         return Err(ApiError::invalid(Some(param), "the prompt is empty"));
     }
+    // Past the context it could never be reached.
+    let mut prediction = match &r.prediction {
+        Some(p) => tokenizer
+            .encode(p)
+            .map_err(|e| ApiError::invalid(Some("prediction.content"), e.to_string()))?,
+        None => Vec::new(),
+    };
+    prediction.truncate(limits.context_length);
     let max_tokens =
         completion_budget(limits, prompt.len(), r.max_tokens).map_err(|e| e.with_param(param))?;
     Ok(Job {
@@ -53,6 +61,7 @@ pub fn prepare(
             class: r.workload.unwrap_or_else(|| classify(&user_text)),
         },
         speculation: r.speculation,
+        prediction,
     })
 }
 

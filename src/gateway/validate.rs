@@ -5,7 +5,7 @@ use specgate_policies::WorkloadClass;
 use specgate_strategies::{SamplingParams, StrategyKind};
 
 use super::api::{
-    ChatRequest, CommonFields, CompletionRequest, Content, GenerationRequest, PromptField,
+    ChatRequest, CommonFields, CompletionRequest, GenerationRequest, PredictionField, PromptField,
     RequestLimits, SpecOverride, SpeculationField, StopField,
 };
 use super::error::ApiError;
@@ -53,22 +53,7 @@ impl ChatRequest {
                         "`content` is required (null only on an assistant message)",
                     ))
                 }
-                Some(Content::Text(t)) => t,
-                Some(Content::Parts(parts)) => {
-                    let mut text = String::new();
-                    for p in parts {
-                        match (p.kind.as_str(), p.text) {
-                            ("text", Some(t)) => text += &t,
-                            _ => {
-                                return Err(ApiError::invalid(
-                                    Some(&param),
-                                    "only text content parts are supported",
-                                ))
-                            }
-                        }
-                    }
-                    text
-                }
+                Some(c) => c.into_text(&param)?,
             };
             let role = if m.role == "developer" {
                 "system".into()
@@ -233,6 +218,7 @@ impl CommonFields {
             })
             .transpose()?;
         let speculation = speculation(self.speculation, limits.max_k)?;
+        let prediction = prediction(self.prediction)?;
         let stream = self.stream.unwrap_or(false);
         let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
         Ok(GenerationRequest {
@@ -252,8 +238,23 @@ impl CommonFields {
             include_usage,
             workload,
             speculation,
+            prediction,
         })
     }
+}
+
+/// The predicted output's text; only `{"type": "content"}` exists.
+fn prediction(field: Option<PredictionField>) -> Result<Option<String>, ApiError> {
+    let Some(p) = field else {
+        return Ok(None);
+    };
+    if p.kind != "content" {
+        return Err(ApiError::invalid(
+            Some("prediction.type"),
+            format!("unsupported prediction type {:?} (content)", p.kind),
+        ));
+    }
+    p.content.into_text("prediction.content").map(Some)
 }
 
 fn speculation(field: Option<SpeculationField>, max_k: usize) -> Result<SpecOverride, ApiError> {

@@ -9,6 +9,7 @@ pub mod heads;
 pub mod kind;
 pub mod medusa;
 pub mod ngram;
+pub mod prediction;
 pub mod sampling;
 pub mod stats;
 pub mod suffix;
@@ -25,6 +26,7 @@ pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
+pub use prediction::PredictionDrafter;
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, judged_positions, predicted_speedup, SpecStats};
 pub use suffix::{

@@ -1,0 +1,180 @@
+//! Drafting from a predicted output (OpenAI's `prediction`): the client sends what it expects
+//! most of the answer to be (the file it is editing, the previous answer), and each round
+//! proposes the prediction's next tokens from where the output has got to. Where the output
+//! leaves the prediction (an edit), the last few output tokens find their place in it again;
+//! where nothing matches, the request's own drafter drafts. Verification keeps the output
+//! exactly the target's: a wrong prediction costs rejected rows, never a different answer.
+
+use crate::draft::{Draft, DraftContext, DraftError, Drafter, TrackRecord};
+use crate::fallback::SendDrafter;
+use crate::TokenId;
+
+/// The shortest run of output tokens that places the output in the prediction again; one
+/// or two tokens (a newline, a bracket) recur too often to say where an edit rejoined.
+pub const REALIGN_MIN: usize = 3;
+/// The longest run tried first.
+pub const REALIGN_MAX: usize = 8;
+
+/// Where the output stands in the prediction: the next output token is expected at
+/// `cursor`, as of an output of `output_len` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Alignment {
+    output_len: usize,
+    cursor: usize,
+}
+
+/// The position in `prediction` that follows `output`: the output so far is a prefix of
+/// the prediction, or its last n tokens (n = REALIGN_MAX down to REALIGN_MIN) occur in
+/// it, the first occurrence at or after `from` preferred (edits move forward), else the
+/// first anywhere.
+pub fn align(prediction: &[TokenId], output: &[TokenId], from: usize) -> Option<usize> {
+    if prediction.starts_with(output) {
+        return Some(output.len());
+    }
+    for n in (REALIGN_MIN..=REALIGN_MAX.min(output.len())).rev() {
+        let tail = &output[output.len() - n..];
+        let at = |start: usize| {
+            prediction
+                .get(start..)?
+                .windows(n)
+                .position(|w| w == tail)
+                .map(|p| start + p + n)
+        };
+        if let Some(end) = at(from.saturating_sub(n)).or_else(|| at(0)) {
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// Proposes the prediction's next tokens; the wrapped drafter drafts where the output has
+/// no place in the prediction.
+pub struct PredictionDrafter {
+    prediction: Vec<TokenId>,
+    inner: SendDrafter,
+    aligned: Option<Alignment>,
+    /// The last place the output had in the prediction (realignment searches on from it).
+    last_cursor: usize,
+}
+
+impl PredictionDrafter {
+    pub fn new(prediction: Vec<TokenId>, inner: SendDrafter) -> Self {
+        Self {
+            prediction,
+            inner,
+            aligned: None,
+            last_cursor: 0,
+        }
+    }
+
+    /// The cursor after `output`: the last alignment carried forward while the output
+    /// follows the prediction, else found again.
+    fn cursor(&self, output: &[TokenId]) -> Option<usize> {
+        if let Some(a) = self.aligned.filter(|a| a.output_len <= output.len()) {
+            let new = &output[a.output_len..];
+            let end = a.cursor + new.len();
+            if self.prediction.get(a.cursor..end) == Some(new) {
+                return Some(end);
+            }
+        }
+        align(&self.prediction, output, self.last_cursor)
+    }
+}
+
+impl Drafter for PredictionDrafter {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
+        let output = ctx.tokens.get(ctx.prompt_len..).unwrap_or_default();
+        let cursor = self.cursor(output);
+        self.aligned = cursor.map(|cursor| Alignment {
+            output_len: output.len(),
+            cursor,
+        });
+        self.last_cursor = cursor.unwrap_or(self.last_cursor);
+        match cursor {
+            Some(c) if c < self.prediction.len() && k > 0 => {
+                let end = (c + k).min(self.prediction.len());
+                Ok(Draft::deterministic(self.prediction[c..end].to_vec()))
+            }
+            _ => self.inner.propose(ctx, k),
+        }
+    }
+
+    fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
+        self.inner.on_commit(ctx, accepted);
+    }
+
+    fn finish(&mut self) {
+        self.inner.finish();
+    }
+
+    fn track_record(&self) -> Option<TrackRecord> {
+        self.inner.track_record()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PlainDrafter, SamplingParams};
+
+    fn propose(
+        d: &mut PredictionDrafter,
+        prompt: &[TokenId],
+        out: &[TokenId],
+        k: usize,
+    ) -> Vec<TokenId> {
+        let tokens: Vec<TokenId> = prompt.iter().chain(out).copied().collect();
+        let sp = SamplingParams::greedy();
+        let ctx = DraftContext {
+            tokens: &tokens,
+            prompt_len: prompt.len(),
+            sampling: &sp,
+            hidden: None,
+            row_cost: None,
+        };
+        d.propose(&ctx, k).unwrap().tokens
+    }
+
+    #[test]
+    fn an_output_that_follows_the_prediction_drafts_its_next_tokens() {
+        let prediction: Vec<TokenId> = (100..120).collect();
+        let mut d = PredictionDrafter::new(prediction, Box::new(PlainDrafter));
+        let prompt = [1, 2, 3];
+        assert_eq!(propose(&mut d, &prompt, &[], 4), vec![100, 101, 102, 103]);
+        assert_eq!(
+            propose(&mut d, &prompt, &[100, 101], 3),
+            vec![102, 103, 104]
+        );
+        // The end of the prediction drafts nothing more.
+        let all: Vec<TokenId> = (100..120).collect();
+        assert!(propose(&mut d, &prompt, &all, 4).is_empty());
+    }
+
+    #[test]
+    fn after_an_edit_the_output_finds_its_place_again() {
+        // Predicted: a b c d e f g h i j; the output replaced "d" with "x y".
+        let prediction: Vec<TokenId> = (1..=10).collect();
+        let mut d = PredictionDrafter::new(prediction, Box::new(PlainDrafter));
+        assert_eq!(propose(&mut d, &[0], &[1, 2, 3], 2), vec![4, 5]);
+        // Diverged, and too little agrees yet to say where: nothing drafts.
+        assert!(propose(&mut d, &[0], &[1, 2, 3, 50, 51], 2).is_empty());
+        // Three output tokens match again: the prediction picks up after them.
+        assert_eq!(
+            propose(&mut d, &[0], &[1, 2, 3, 50, 51, 5, 6, 7], 3),
+            vec![8, 9, 10]
+        );
+    }
+
+    #[test]
+    fn a_later_occurrence_after_the_cursor_is_preferred() {
+        // "7 8 9" occurs twice; the output is past the first.
+        let prediction: Vec<TokenId> = vec![7, 8, 9, 1, 2, 3, 4, 7, 8, 9, 5, 6];
+        assert_eq!(align(&prediction, &[0, 7, 8, 9], 6), Some(10));
+        assert_eq!(align(&prediction, &[0, 7, 8, 9], 0), Some(3));
+        assert_eq!(align(&prediction, &[0, 40, 41, 42], 0), None);
+    }
+}

@@ -1,0 +1,114 @@
+//! Predicted outputs (OpenAI's `prediction`) through the gateway, on the real model: a right
+//! prediction is drafted from and cuts target passes; a wrong or edited one never changes
+//! the greedy answer.
+
+mod common;
+
+use common::server::Server;
+use serde_json::{json, Value};
+
+const TOKENS: u64 = 64;
+
+fn code_edit_prompt() -> String {
+    let line = common::fixture("prompts/code_edit.jsonl");
+    let v: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    v["prompt"].as_str().unwrap().to_string()
+}
+
+/// The answer's text, completion tokens and target passes.
+fn ask(s: &Server, key: &str, prompt: &str, extra: Value) -> (String, u64, u64) {
+    let mut body = json!({
+        "model": s.model_id,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": TOKENS,
+        "temperature": 0,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let (status, v) = s.post("/v1/chat/completions", key, &body);
+    assert_eq!(status, 200, "{v}");
+    let usage = &v["usage"];
+    (
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        usage["completion_tokens"].as_u64().unwrap(),
+        usage["speculative"]["target_passes"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn a_prediction_drafts_and_never_changes_the_answer() {
+    let s = Server::start(&[]);
+    let key = s.tenant("acme");
+    let prompt = code_edit_prompt();
+    let (want, n, plain_passes) = ask(
+        &s,
+        &key,
+        &prompt,
+        json!({"speculation": {"enabled": false}}),
+    );
+    assert_eq!(plain_passes, n, "plain decoding: a pass a token");
+    // ngram drafts little on its own here; the prediction does the drafting.
+    let spec = json!({"strategy": "ngram", "k": 8});
+    let predicted = |p: Value| json!({"speculation": spec, "prediction": p});
+
+    let (text, _, passes) = ask(
+        &s,
+        &key,
+        &prompt,
+        predicted(json!({"type": "content", "content": want})),
+    );
+    assert_eq!(text, want);
+    assert!(
+        passes * 3 <= n,
+        "a right prediction: {passes} passes for {n} tokens"
+    );
+
+    // As content parts too.
+    let parts = json!({"type": "content", "content": [{"type": "text", "text": want}]});
+    assert_eq!(ask(&s, &key, &prompt, predicted(parts)).0, want);
+
+    // An edit in the middle: the output leaves the prediction and finds its place again.
+    let words: Vec<&str> = want.split(' ').collect();
+    let mid = words.len() / 2;
+    let edited = [&words[..mid], &["banana", "split"], &words[mid + 1..]]
+        .concat()
+        .join(" ");
+    let (text, _, edited_passes) = ask(
+        &s,
+        &key,
+        &prompt,
+        predicted(json!({"type": "content", "content": edited})),
+    );
+    assert_eq!(text, want);
+    assert!(
+        edited_passes * 2 <= n,
+        "an edited prediction: {edited_passes} passes for {n} tokens"
+    );
+
+    // A wrong one costs rejected drafts, never the answer.
+    let wrong = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+    let (text, _, wrong_passes) = ask(
+        &s,
+        &key,
+        &prompt,
+        predicted(json!({"type": "content", "content": wrong})),
+    );
+    assert_eq!(text, want);
+    eprintln!(
+        "{n} tokens: target passes {passes} (right), {edited_passes} (edited), {wrong_passes} (wrong)"
+    );
+
+    // Only `content` predictions exist.
+    let mut bad = json!({"model": s.model_id, "messages": [{"role": "user", "content": "hi"}]});
+    bad["prediction"] = json!({"type": "diff", "content": "x"});
+    let (status, v) = s.post("/v1/chat/completions", &key, &bad);
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("prediction.type")),
+        "{v}"
+    );
+}
