@@ -17,6 +17,19 @@ fn code_edit_prompt() -> String {
 
 /// The answer's text, completion tokens and target passes.
 fn ask(s: &Server, key: &str, prompt: &str, extra: Value) -> (String, u64, u64) {
+    let v = ask_full(s, key, prompt, extra);
+    let usage = &v["usage"];
+    (
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        usage["completion_tokens"].as_u64().unwrap(),
+        usage["speculative"]["target_passes"].as_u64().unwrap(),
+    )
+}
+
+fn ask_full(s: &Server, key: &str, prompt: &str, extra: Value) -> Value {
     let mut body = json!({
         "model": s.model_id,
         "messages": [{"role": "user", "content": prompt}],
@@ -28,15 +41,7 @@ fn ask(s: &Server, key: &str, prompt: &str, extra: Value) -> (String, u64, u64) 
     }
     let (status, v) = s.post("/v1/chat/completions", key, &body);
     assert_eq!(status, 200, "{v}");
-    let usage = &v["usage"];
-    (
-        v["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-        usage["completion_tokens"].as_u64().unwrap(),
-        usage["speculative"]["target_passes"].as_u64().unwrap(),
-    )
+    v
 }
 
 #[test]
@@ -69,7 +74,22 @@ fn a_prediction_drafts_and_never_changes_the_answer() {
 
     // As content parts too.
     let parts = json!({"type": "content", "content": [{"type": "text", "text": want}]});
-    assert_eq!(ask(&s, &key, &prompt, predicted(parts)).0, want);
+    let v = ask_full(&s, &key, &prompt, predicted(parts));
+    assert_eq!(v["choices"][0]["message"]["content"], want.as_str());
+    // OpenAI's usage breakdown: most of the answer came from the prediction.
+    let details = &v["usage"]["completion_tokens_details"];
+    let accepted = details["accepted_prediction_tokens"].as_u64().unwrap();
+    assert!(accepted * 2 >= n, "{v}");
+    assert!(accepted <= v["usage"]["speculative"]["accepted"].as_u64().unwrap());
+    assert!(details["rejected_prediction_tokens"].is_u64(), "{v}");
+    assert!(s.metric("specgate_prediction_tokens_total") >= accepted as f64);
+    let plain = ask_full(
+        &s,
+        &key,
+        &prompt,
+        json!({"speculation": {"enabled": false}}),
+    );
+    assert!(plain["usage"].get("completion_tokens_details").is_none());
 
     // An edit in the middle: the output leaves the prediction and finds its place again.
     let words: Vec<&str> = want.split(' ').collect();

@@ -388,6 +388,7 @@ impl Engine {
                 rounds => l.round_company as f64 / rounds as f64,
             },
             token_ids: l.state.generated().to_vec(),
+            prediction: l.sub.drafter.prediction_tokens(),
             top2_gaps: l.state.gaps().to_vec(),
         };
         let _ = l.sub.events.send(Event::Done(summary));

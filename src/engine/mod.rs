@@ -110,6 +110,8 @@ pub struct Summary {
     pub sequences: f64,
     /// The generated token ids (EOS excluded).
     pub token_ids: Vec<TokenId>,
+    /// Predicted tokens drafted and accepted or rejected (a request with a `prediction`).
+    pub prediction: Option<specgate_strategies::PredictionTokens>,
     /// Shadow checks only: the top-2 logit gap behind each committed token.
     pub top2_gaps: Vec<f32>,
 }

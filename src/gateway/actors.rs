@@ -358,6 +358,13 @@ impl StreamHandler<Event> for RequestActor {
                     .increment(summary.completion_tokens as u64);
                 metrics::counter!("specgate_requests_total", &self.status_labels("ok"))
                     .increment(1);
+                if let Some(p) = summary.prediction {
+                    for (outcome, n) in [("accepted", p.accepted), ("rejected", p.rejected)] {
+                        let mut l = self.labels().to_vec();
+                        l.push(("outcome", outcome.to_string()));
+                        metrics::counter!("specgate_prediction_tokens_total", &l).increment(n);
+                    }
+                }
                 Outgoing::Done(summary)
             }
             Event::Failed(why) => {

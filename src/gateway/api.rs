@@ -404,10 +404,12 @@ mod tests {
             ("response_format", json!({"json_schema": {}}), Some(false)),
             ("top_logprobs", json!(0.0), Some(true)),
             ("top_logprobs", json!(2), Some(false)),
+            ("prompt_cache_key", json!("k"), Some(true)),
+            // Implemented, so not a neutral-only field.
             (
                 "prediction",
                 json!({"type": "content", "content": "x"}),
-                Some(true),
+                None,
             ),
             ("reasoning_effort", json!(null), Some(true)),
             ("reasoning_effort", json!("high"), Some(false)),

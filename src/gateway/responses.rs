@@ -48,7 +48,18 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// Only for a request with a `prediction`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
     pub speculative: SpeculativeUsage,
+}
+
+/// OpenAI's breakdown of a predicted output: the predicted tokens that were drafted and
+/// accepted, and those drafted and rejected (their rows were computed all the same).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: u64,
+    pub rejected_prediction_tokens: u64,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -154,6 +165,10 @@ pub fn usage(s: &Summary) -> Usage {
         prompt_tokens: s.prompt_tokens,
         completion_tokens: s.completion_tokens,
         total_tokens: s.prompt_tokens + s.completion_tokens,
+        completion_tokens_details: s.prediction.map(|p| CompletionTokensDetails {
+            accepted_prediction_tokens: p.accepted,
+            rejected_prediction_tokens: p.rejected,
+        }),
         speculative: SpeculativeUsage {
             strategy: s.plan.strategy.name().to_string(),
             k: s.plan.k,

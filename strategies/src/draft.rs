@@ -120,6 +120,12 @@ pub trait Drafter {
     fn track_record(&self) -> Option<TrackRecord> {
         None
     }
+
+    /// How many of a client's predicted tokens it drafted were accepted and rejected (a
+    /// drafter that drafts from a prediction; OpenAI's usage reports them).
+    fn prediction_tokens(&self) -> Option<crate::prediction::PredictionTokens> {
+        None
+    }
 }
 
 /// No drafts: one token per target pass, the baseline every figure is compared with.

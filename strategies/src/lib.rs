@@ -26,7 +26,7 @@ pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
-pub use prediction::PredictionDrafter;
+pub use prediction::{PredictionDrafter, PredictionTokens};
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, judged_positions, predicted_speedup, SpecStats};
 pub use suffix::{

@@ -47,11 +47,21 @@ pub fn align(prediction: &[TokenId], output: &[TokenId], from: usize) -> Option<
     None
 }
 
+/// Predicted tokens drafted and what the target made of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PredictionTokens {
+    pub accepted: u64,
+    pub rejected: u64,
+}
+
 /// Proposes the prediction's next tokens; the wrapped drafter drafts where the output has
 /// no place in the prediction.
 pub struct PredictionDrafter {
     prediction: Vec<TokenId>,
     inner: SendDrafter,
+    /// Tokens the last proposal took from the prediction, awaiting their verdict.
+    drafted: usize,
+    counts: PredictionTokens,
     aligned: Option<Alignment>,
     /// The last place the output had in the prediction (realignment searches on from it).
     last_cursor: usize,
@@ -62,6 +72,8 @@ impl PredictionDrafter {
         Self {
             prediction,
             inner,
+            drafted: 0,
+            counts: PredictionTokens::default(),
             aligned: None,
             last_cursor: 0,
         }
@@ -97,14 +109,26 @@ impl Drafter for PredictionDrafter {
         match cursor {
             Some(c) if c < self.prediction.len() && k > 0 => {
                 let end = (c + k).min(self.prediction.len());
+                self.drafted = end - c;
                 Ok(Draft::deterministic(self.prediction[c..end].to_vec()))
             }
-            _ => self.inner.propose(ctx, k),
+            _ => {
+                self.drafted = 0;
+                self.inner.propose(ctx, k)
+            }
         }
     }
 
     fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
+        let drafted = std::mem::take(&mut self.drafted);
+        let kept = accepted.min(drafted);
+        self.counts.accepted += kept as u64;
+        self.counts.rejected += (drafted - kept) as u64;
         self.inner.on_commit(ctx, accepted);
+    }
+
+    fn prediction_tokens(&self) -> Option<PredictionTokens> {
+        Some(self.counts)
     }
 
     fn finish(&mut self) {
@@ -167,6 +191,30 @@ mod tests {
             propose(&mut d, &[0], &[1, 2, 3, 50, 51, 5, 6, 7], 3),
             vec![8, 9, 10]
         );
+    }
+
+    #[test]
+    fn predicted_tokens_are_counted_accepted_or_rejected() {
+        let prediction: Vec<TokenId> = (100..120).collect();
+        let mut d = PredictionDrafter::new(prediction, Box::new(PlainDrafter));
+        let sp = SamplingParams::greedy();
+        let tokens = [1, 2];
+        let ctx = DraftContext {
+            tokens: &tokens,
+            prompt_len: 2,
+            sampling: &sp,
+            hidden: None,
+            row_cost: None,
+        };
+        assert_eq!(d.propose(&ctx, 4).unwrap().len(), 4);
+        d.on_commit(&ctx, 3);
+        // A round that did not draft (plain) counts nothing.
+        d.on_commit(&ctx, 0);
+        let want = PredictionTokens {
+            accepted: 3,
+            rejected: 1,
+        };
+        assert_eq!(d.prediction_tokens(), Some(want));
     }
 
     #[test]
