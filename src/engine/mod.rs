@@ -84,6 +84,7 @@ pub struct Submission {
 
 /// What the engine tells a request, in order: text pieces, then `Done` or `Failed`.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one Done per request
 pub enum Event {
     /// Newly committed text (may be empty when held back by a stop string or a partial
     /// character) and how many tokens the request has generated so far.

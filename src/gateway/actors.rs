@@ -31,6 +31,7 @@ use specgate_strategies::TokenId;
 
 /// What a request actor passes on to the HTTP side.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one Done per request
 pub enum Outgoing {
     Text(String),
     Done(Summary),
