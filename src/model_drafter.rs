@@ -52,7 +52,11 @@ pub enum DraftModelError {
 impl ModelDrafter {
     /// A separate draft model; refused unless its vocabulary equals the target's.
     pub fn separate(path: &Path, target: &Tokenizer, seed: u64) -> Result<Self, DraftModelError> {
-        Self::for_sequence("draft", Self::load_separate(path, target)?, seed)
+        Ok(Self::for_sequence(
+            "draft",
+            Self::load_separate(path, target)?,
+            seed,
+        ))
     }
 
     /// Load a separate draft model, refused unless its vocabulary equals the target's.
@@ -84,11 +88,11 @@ impl ModelDrafter {
         layers: usize,
         seed: u64,
     ) -> Result<Self, DraftModelError> {
-        Self::for_sequence(
+        Ok(Self::for_sequence(
             "early-exit",
             Self::load_early_exit(target_path, layers)?,
             seed,
-        )
+        ))
     }
 
     /// Load the target's first `layers` layers as a draft model.
@@ -102,13 +106,9 @@ impl ModelDrafter {
 
     /// A drafter with its own sequence in a shared draft model; the sequence is released
     /// when the drafter is dropped.
-    pub fn for_sequence(
-        name: &'static str,
-        model: SharedModel,
-        seed: u64,
-    ) -> Result<Self, DraftModelError> {
+    pub fn for_sequence(name: &'static str, model: SharedModel, seed: u64) -> Self {
         let seq = lock_model(&model).new_sequence();
-        Ok(Self {
+        Self {
             name,
             model,
             seq,
@@ -118,7 +118,7 @@ impl ModelDrafter {
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED),
             record: SpecStats::default(),
             pending: (0, Duration::ZERO),
-        })
+        }
     }
 
     /// Take in at most `n` tokens a round (default [`CATCH_UP_CHUNK`]; at least 2, so the

@@ -147,10 +147,8 @@ impl SequenceState {
     ) -> RoundInput {
         if let (Some(c), 0) = (self.controller.as_mut(), self.stats.rounds) {
             // A drafter's fault costs speculation, never the request.
-            match catch_unwind(AssertUnwindSafe(|| drafter.track_record())) {
-                Ok(Some(r)) => c.seed(r.alpha, r.judged, r.step_secs),
-                Ok(None) => {}
-                Err(_) => self.stats.drafter_failures += 1,
+            if let Some(r) = guarded(&mut self.stats, || drafter.track_record()).flatten() {
+                c.seed(r.alpha, r.judged, r.step_secs);
             }
         }
         let wanted = self
@@ -257,9 +255,7 @@ impl SequenceState {
             hidden: self.hidden.as_deref(),
             row_cost: None,
         };
-        if catch_unwind(AssertUnwindSafe(|| drafter.on_commit(&ctx, accepted))).is_err() {
-            self.stats.drafter_failures += 1;
-        }
+        guarded(&mut self.stats, || drafter.on_commit(&ctx, accepted));
         self.pending = committed.last().copied();
         Ok(released)
     }
@@ -304,11 +300,19 @@ impl SequenceState {
         }
         self.text += &tail;
         self.finish.get_or_insert(FinishReason::Length);
-        if catch_unwind(AssertUnwindSafe(|| drafter.finish())).is_err() {
-            self.stats.drafter_failures += 1;
-        }
+        guarded(&mut self.stats, || drafter.finish());
         Ok(tail)
     }
+}
+
+/// Run a drafter's bookkeeping call. A panic in it is counted as a drafter failure and
+/// yields None: a drafter's fault costs speculation, never the request or the engine.
+fn guarded<T>(stats: &mut SpecStats, call: impl FnOnce() -> T) -> Option<T> {
+    let out = catch_unwind(AssertUnwindSafe(call)).ok();
+    if out.is_none() {
+        stats.drafter_failures += 1;
+    }
+    out
 }
 
 /// Ask the drafter for up to k tokens. An error, a panic or a malformed draft (a token

@@ -52,19 +52,6 @@ fn first_prompt(set: &str) -> String {
     v["prompt"].as_str().unwrap().to_string()
 }
 
-fn chat_body(s: &Server, prompt: &str, extra: Value) -> Value {
-    let mut b = json!({
-        "model": s.model_id,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
-}
-
 fn chat_text(v: &Value) -> &str {
     v["choices"][0]["message"]["content"]
         .as_str()
@@ -90,7 +77,7 @@ fn chat_and_completions_equal_generate_streamed_or_not_whatever_the_strategy() {
             let (status, v) = s.post(
                 "/v1/chat/completions",
                 &key,
-                &chat_body(&s, &prompt, extra.clone()),
+                &s.chat_body(&prompt, MAX_TOKENS, extra.clone()),
             );
             assert_eq!(status, 200, "{set} {extra}: {v}");
             assert_eq!(
@@ -105,9 +92,9 @@ fn chat_and_completions_equal_generate_streamed_or_not_whatever_the_strategy() {
         let streamed = s.stream(
             "/v1/chat/completions",
             &key,
-            &chat_body(
-                &s,
+            &s.chat_body(
                 &prompt,
+                MAX_TOKENS,
                 json!({"stream": true, "stream_options": {"include_usage": true}}),
             ),
         );
@@ -192,7 +179,7 @@ fn sixteen_concurrent_streams_from_three_tenants_equal_their_single_runs_and_fre
             ("creative", _) => json!({"speculation": {"strategy": "medusa", "k": 3}}),
             _ => strategies[i % strategies.len()].clone(),
         };
-        let mut body = chat_body(&s, &prompt, spec);
+        let mut body = s.chat_body(&prompt, MAX_TOKENS, spec);
         body["max_tokens"] = json!(24);
         body["stream"] = json!(true);
         body["workload"] = json!(set);
@@ -301,7 +288,7 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
     );
 
     // Keys: none, forged, revoked.
-    let ok = chat_body(&s, "Say hi.", json!({"max_tokens": 4}));
+    let ok = s.chat_body("Say hi.", 4, json!({}));
     for bad in ["", "sg-0000-0000", "Bearer nonsense"] {
         let (got, v) = s.post("/v1/chat/completions", bad, &ok);
         assert_eq!(got, 401, "{bad:?}: {v}");
@@ -344,11 +331,7 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(got, 200, "{v}");
     assert!(!chat_text(&v).is_empty());
     // A temperature too small for 1/T to be finite is greedy, not NaN (always token 0).
-    let tiny = chat_body(
-        &s,
-        "Say hi.",
-        json!({"max_tokens": 4, "temperature": 1e-39}),
-    );
+    let tiny = s.chat_body("Say hi.", 4, json!({"temperature": 1e-39}));
     let (got, t) = s.post("/v1/chat/completions", &key, &tiny);
     assert_eq!(got, 200, "{t}");
     assert_eq!(chat_text(&t), chat_text(&v));
@@ -360,7 +343,7 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
     // Sampling without a seed differs between requests (as OpenAI's does); a seed repeats.
     // (Speculation off: a learned k may change between requests, and with it the draws.)
     let sampled = |extra: Value| {
-        let mut body = chat_body(&s, "Write a poem about the sea.", extra);
+        let mut body = s.chat_body("Write a poem about the sea.", MAX_TOKENS, extra);
         body["speculation"] = json!({"enabled": false});
         body["temperature"] = json!(1.0);
         body["max_tokens"] = json!(24);

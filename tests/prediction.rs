@@ -7,7 +7,7 @@ mod common;
 use common::server::Server;
 use serde_json::{json, Value};
 
-const TOKENS: u64 = 64;
+const TOKENS: usize = 64;
 
 fn code_edit_prompt() -> String {
     let line = common::fixture("prompts/code_edit.jsonl");
@@ -30,15 +30,7 @@ fn ask(s: &Server, key: &str, prompt: &str, extra: Value) -> (String, u64, u64) 
 }
 
 fn ask_full(s: &Server, key: &str, prompt: &str, extra: Value) -> Value {
-    let mut body = json!({
-        "model": s.model_id,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": TOKENS,
-        "temperature": 0,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
+    let body = s.chat_body(prompt, TOKENS, extra);
     let (status, v) = s.post("/v1/chat/completions", key, &body);
     assert_eq!(status, 200, "{v}");
     v

@@ -12,15 +12,6 @@ use serde_json::{json, Value};
 const CODE: &str =
     "Rename x to n and return the code:\n```python\ndef f(x):\n    y = x + 1\n    return y\n```";
 
-fn chat_body(s: &Server, prompt: &str, max_tokens: usize, extra: Value) -> Value {
-    let mut body = json!({"model": s.model_id, "messages": [{"role": "user", "content": prompt}],
-                          "max_tokens": max_tokens, "temperature": 0});
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        body[k] = v.clone();
-    }
-    body
-}
-
 /// (status, Retry-After, body) of a chat request.
 fn chat_status(s: &Server, key: &str, body: &Value) -> (u16, Option<u64>, Value) {
     let r = ureq::post(&s.url("/v1/chat/completions"))
@@ -77,9 +68,9 @@ fn tenant_limits_answer_429_with_retry_after_and_admin_overrides_apply() {
     assert_eq!(request("PUT", &s.url(limits), &a, Some(json!({}))).0, 403);
 
     // One stream in flight: a's next request waits its turn, b's does not.
-    let long = chat_body(&s, "Write a long story about a lighthouse.", 400, json!({}));
+    let long = s.chat_body("Write a long story about a lighthouse.", 400, json!({}));
     let held = open_stream(&s, &a, &long);
-    let short = chat_body(&s, "Say hello.", 4, json!({}));
+    let short = s.chat_body("Say hello.", 4, json!({}));
     let (status, retry, v) = chat_status(&s, &a, &short);
     assert_eq!(status, 429, "{v}");
     assert!(retry.is_some_and(|r| r >= 1), "Retry-After: {retry:?}");
@@ -100,20 +91,20 @@ fn tenant_limits_answer_429_with_retry_after_and_admin_overrides_apply() {
     let held = open_stream(
         &s,
         &a,
-        &chat_body(&s, "Write a long story about a lighthouse.", 420, json!({})),
+        &s.chat_body("Write a long story about a lighthouse.", 420, json!({})),
     );
-    let (status, retry, v) = chat_status(&s, &a, &chat_body(&s, "Say hello.", 200, json!({})));
+    let (status, retry, v) = chat_status(&s, &a, &s.chat_body("Say hello.", 200, json!({})));
     assert_eq!(status, 429, "{v}");
     assert!(retry.is_some_and(|r| (1..=60).contains(&r)), "{retry:?}");
     assert_eq!(v["error"]["code"], "rate_limit_exceeded");
-    let (status, _, v) = chat_status(&s, &a, &chat_body(&s, "Say hello.", 700, json!({})));
+    let (status, _, v) = chat_status(&s, &a, &s.chat_body("Say hello.", 700, json!({})));
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (400, Some("request_too_large")),
         "{v}"
     );
     assert_eq!(
-        chat_status(&s, &b, &chat_body(&s, "Say hello.", 200, json!({}))).0,
+        chat_status(&s, &b, &s.chat_body("Say hello.", 200, json!({}))).0,
         200
     );
     drop(held);
@@ -133,7 +124,7 @@ fn tenant_limits_answer_429_with_retry_after_and_admin_overrides_apply() {
 fn a_failing_drafter_costs_speculation_never_the_answer() {
     let s = Server::start(&["--inject-faults", "drafter-fail-every=2"]);
     let key = s.tenant("acme");
-    let plain = chat_body(&s, CODE, 48, json!({"speculation": {"enabled": false}}));
+    let plain = s.chat_body(CODE, 48, json!({"speculation": {"enabled": false}}));
     let (status, _, want) = chat_status(&s, &key, &plain);
     assert_eq!(status, 200, "{want}");
     let want_text = want["choices"][0]["message"]["content"]
@@ -147,8 +138,7 @@ fn a_failing_drafter_costs_speculation_never_the_answer() {
         ("early-exit", json!(4)),
         ("early-exit", json!(null)),
     ] {
-        let body = chat_body(
-            &s,
+        let body = s.chat_body(
             CODE,
             48,
             json!({"speculation": {"strategy": strategy, "k": k}}),
@@ -183,7 +173,7 @@ fn a_dead_engine_answers_503_promptly_and_a_restart_serves_again() {
     let tpm = Some(json!({"tokens_per_minute": 300}));
     assert_eq!(s.admin("PUT", "/admin/v1/tenants/acme/limits", tpm).0, 200);
     let started = Instant::now();
-    let mut body = chat_body(&s, "Write a long story about a lighthouse.", 200, json!({}));
+    let mut body = s.chat_body("Write a long story about a lighthouse.", 200, json!({}));
     body["stream"] = json!(true);
     let resp = ureq::post(&s.url("/v1/chat/completions"))
         .set("Authorization", &format!("Bearer {key}"))
@@ -205,7 +195,7 @@ fn a_dead_engine_answers_503_promptly_and_a_restart_serves_again() {
         Some(200)
     );
     let asked = Instant::now();
-    let (status, retry, v) = chat_status(&s, &key, &chat_body(&s, "Say hello.", 200, json!({})));
+    let (status, retry, v) = chat_status(&s, &key, &s.chat_body("Say hello.", 200, json!({})));
     assert_eq!(status, 503, "{v}");
     assert!(retry.is_some());
     assert!(
@@ -220,7 +210,7 @@ fn a_dead_engine_answers_503_promptly_and_a_restart_serves_again() {
         .expect("exits after SIGTERM");
     assert!(exit.success(), "{exit:?}");
     let s = Server::start_in(dir.path(), &[]);
-    let (status, _, v) = chat_status(&s, &key, &chat_body(&s, "Say hello.", 8, json!({})));
+    let (status, _, v) = chat_status(&s, &key, &s.chat_body("Say hello.", 8, json!({})));
     assert_eq!(
         status, 200,
         "the restarted server serves the same tenant: {v}"
@@ -234,8 +224,7 @@ fn sigterm_lets_streams_finish_flushes_history_and_exits_0() {
     // the shutdown flushed it.
     let mut s = Server::start_in(dir.path(), &["--history-flush-ms", "600000"]);
     let key = s.tenant("acme");
-    let body = chat_body(
-        &s,
+    let body = s.chat_body(
         "Write a long story about a lighthouse.",
         160,
         json!({
@@ -247,7 +236,7 @@ fn sigterm_lets_streams_finish_flushes_history_and_exits_0() {
     std::thread::sleep(Duration::from_millis(300));
     let r = ureq::post(&s.url("/v1/chat/completions"))
         .set("Authorization", &format!("Bearer {key}"))
-        .send_json(chat_body(&s, "Say hello.", 4, json!({})));
+        .send_json(s.chat_body("Say hello.", 4, json!({})));
     match r {
         Err(ureq::Error::Status(code, _)) => assert_eq!(code, 503),
         Err(ureq::Error::Transport(_)) => {}
@@ -450,7 +439,7 @@ fn a_tenant_sees_none_of_another_tenants_metrics_history_policies_or_limits() {
     let s = Server::start(&["--history-flush-ms", "50"]);
     let (a, b) = (s.tenant("a"), s.tenant("b"));
     assert_eq!(
-        chat_status(&s, &a, &chat_body(&s, "Say hello.", 4, json!({}))).0,
+        chat_status(&s, &a, &s.chat_body("Say hello.", 4, json!({}))).0,
         200
     );
     let get = |path: &str, key: &str| request("GET", &s.url(path), key, None).0;

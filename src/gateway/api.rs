@@ -114,7 +114,7 @@ impl Message {
 }
 
 /// Null, an empty string, list or object.
-pub fn is_empty_value(v: &serde_json::Value) -> bool {
+fn is_empty_value(v: &serde_json::Value) -> bool {
     use serde_json::Value;
     match v {
         Value::Null => true,

@@ -98,7 +98,7 @@ impl StrategyActor {
                     .clone()
                     .ok_or_else(|| format!("no model loaded for strategy {}", self.kind))?;
                 let name = self.kind.name();
-                Box::new(ModelDrafter::for_sequence(name, model, seed).map_err(|e| e.to_string())?)
+                Box::new(ModelDrafter::for_sequence(name, model, seed))
             }
             StrategyKind::Medusa | StrategyKind::MedusaTree | StrategyKind::SuffixMedusa => {
                 let cache = self

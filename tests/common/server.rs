@@ -80,6 +80,20 @@ impl Server {
         v["api_key"].as_str().expect("api_key").to_string()
     }
 
+    /// A greedy chat request for `prompt`; `extra`'s fields are added or replace these.
+    pub fn chat_body(&self, prompt: &str, max_tokens: usize, extra: Value) -> Value {
+        let mut body = json!({
+            "model": self.model_id,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            body[k] = v.clone();
+        }
+        body
+    }
+
     /// POST JSON with a key; (status, body) whatever the status.
     pub fn post(&self, path: &str, key: &str, body: &Value) -> (u16, Value) {
         let r = ureq::post(&self.url(path))
