@@ -8,6 +8,7 @@
 use crate::draft::{Draft, DraftContext, DraftError, Drafter, TrackRecord};
 use crate::fallback::SendDrafter;
 use crate::TokenId;
+use std::collections::HashMap;
 
 /// The shortest run of output tokens that places the output in the prediction again; one
 /// or two tokens (a newline, a bracket) recur too often to say where an edit rejoined.
@@ -23,28 +24,64 @@ struct Alignment {
     cursor: usize,
 }
 
-/// The position in `prediction` that follows `output`: the output so far is a prefix of
-/// the prediction, or its last n tokens (n = REALIGN_MAX down to REALIGN_MIN) occur in
-/// it, the first occurrence at or after `from` preferred (edits move forward), else the
-/// first anywhere.
-pub fn align(prediction: &[TokenId], output: &[TokenId], from: usize) -> Option<usize> {
-    if prediction.starts_with(output) {
-        return Some(output.len());
-    }
-    for n in (REALIGN_MIN..=REALIGN_MAX.min(output.len())).rev() {
-        let tail = &output[output.len() - n..];
-        let at = |start: usize| {
-            prediction
-                .get(start..)?
-                .windows(n)
-                .position(|w| w == tail)
-                .map(|p| start + p + n)
-        };
-        if let Some(end) = at(from.saturating_sub(n)).or_else(|| at(0)) {
-            return Some(end);
+/// A client's prediction, with where each run of [`REALIGN_MIN`] tokens in it ends: built
+/// once a request, so a round that must find the output's place again looks up a few
+/// candidates instead of scanning the whole prediction (rounds of a wrong prediction do so
+/// every time, on the engine thread).
+#[derive(Debug, Clone)]
+pub struct Prediction {
+    tokens: Vec<TokenId>,
+    ends: HashMap<[TokenId; REALIGN_MIN], Vec<usize>>,
+}
+
+impl Prediction {
+    pub fn new(tokens: Vec<TokenId>) -> Self {
+        let mut ends: HashMap<[TokenId; REALIGN_MIN], Vec<usize>> = HashMap::new();
+        for (i, w) in tokens.windows(REALIGN_MIN).enumerate() {
+            let run: [TokenId; REALIGN_MIN] = std::array::from_fn(|j| w[j]);
+            ends.entry(run).or_default().push(i + REALIGN_MIN);
         }
+        Self { tokens, ends }
     }
-    None
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The position that follows `output`: the output so far is a prefix of the prediction,
+    /// or its last n tokens (n = REALIGN_MAX down to REALIGN_MIN) occur in it, the first
+    /// occurrence ending at or after `from` preferred (edits move forward), else the first
+    /// anywhere.
+    pub fn align(&self, output: &[TokenId], from: usize) -> Option<usize> {
+        if self.tokens.starts_with(output) {
+            return Some(output.len());
+        }
+        let tail = output.get(output.len().checked_sub(REALIGN_MIN)?..)?;
+        let ends = self.ends.get(&std::array::from_fn(|j| tail[j]))?; // ascending
+        let longest = REALIGN_MAX.min(output.len());
+        // How many of the output's last tokens end at `e` too, up to `longest`.
+        let agreeing = |e: usize| {
+            (0..longest.min(e))
+                .take_while(|&i| self.tokens[e - 1 - i] == output[output.len() - 1 - i])
+                .count()
+        };
+        let agree: Vec<(usize, usize)> = ends.iter().map(|&e| (e, agreeing(e))).collect();
+        (REALIGN_MIN..=longest).rev().find_map(|n| {
+            let mut fits = agree.iter().filter(|(_, m)| *m >= n).map(|(e, _)| *e);
+            let first = fits.clone().next();
+            fits.find(|&e| e >= from).or(first)
+        })
+    }
+
+    /// Up to `k` predicted tokens from `at`.
+    fn from(&self, at: usize, k: usize) -> &[TokenId] {
+        let end = at.saturating_add(k).min(self.tokens.len());
+        self.tokens.get(at..end).unwrap_or_default()
+    }
 }
 
 /// Predicted tokens drafted and what the target made of them.
@@ -57,7 +94,7 @@ pub struct PredictionTokens {
 /// Proposes the prediction's next tokens; the wrapped drafter drafts where the output has
 /// no place in the prediction.
 pub struct PredictionDrafter {
-    prediction: Vec<TokenId>,
+    prediction: Prediction,
     inner: SendDrafter,
     /// Tokens the last proposal took from the prediction, awaiting their verdict.
     drafted: usize,
@@ -70,7 +107,7 @@ pub struct PredictionDrafter {
 impl PredictionDrafter {
     pub fn new(prediction: Vec<TokenId>, inner: SendDrafter) -> Self {
         Self {
-            prediction,
+            prediction: Prediction::new(prediction),
             inner,
             drafted: 0,
             counts: PredictionTokens::default(),
@@ -85,11 +122,11 @@ impl PredictionDrafter {
         if let Some(a) = self.aligned.filter(|a| a.output_len <= output.len()) {
             let new = &output[a.output_len..];
             let end = a.cursor + new.len();
-            if self.prediction.get(a.cursor..end) == Some(new) {
+            if self.prediction.tokens.get(a.cursor..end) == Some(new) {
                 return Some(end);
             }
         }
-        align(&self.prediction, output, self.last_cursor)
+        self.prediction.align(output, self.last_cursor)
     }
 }
 
@@ -108,9 +145,9 @@ impl Drafter for PredictionDrafter {
         self.last_cursor = cursor.unwrap_or(self.last_cursor);
         match cursor {
             Some(c) if c < self.prediction.len() && k > 0 => {
-                let end = (c + k).min(self.prediction.len());
-                self.drafted = end - c;
-                Ok(Draft::deterministic(self.prediction[c..end].to_vec()))
+                let next = self.prediction.from(c, k);
+                self.drafted = next.len();
+                Ok(Draft::deterministic(next.to_vec()))
             }
             _ => {
                 self.drafted = 0;
@@ -220,9 +257,52 @@ mod tests {
     #[test]
     fn a_later_occurrence_after_the_cursor_is_preferred() {
         // "7 8 9" occurs twice; the output is past the first.
-        let prediction: Vec<TokenId> = vec![7, 8, 9, 1, 2, 3, 4, 7, 8, 9, 5, 6];
-        assert_eq!(align(&prediction, &[0, 7, 8, 9], 6), Some(10));
-        assert_eq!(align(&prediction, &[0, 7, 8, 9], 0), Some(3));
-        assert_eq!(align(&prediction, &[0, 40, 41, 42], 0), None);
+        let p = Prediction::new(vec![7, 8, 9, 1, 2, 3, 4, 7, 8, 9, 5, 6]);
+        assert_eq!(p.align(&[0, 7, 8, 9], 6), Some(10));
+        assert_eq!(p.align(&[0, 7, 8, 9], 0), Some(3));
+        assert_eq!(p.align(&[0, 40, 41, 42], 0), None);
+    }
+
+    /// The search the index replaces: every window of the prediction, longest run first.
+    fn align_by_scanning(prediction: &[TokenId], output: &[TokenId], from: usize) -> Option<usize> {
+        if prediction.starts_with(output) {
+            return Some(output.len());
+        }
+        for n in (REALIGN_MIN..=REALIGN_MAX.min(output.len())).rev() {
+            let tail = &output[output.len() - n..];
+            let at = |start: usize| {
+                prediction
+                    .get(start..)?
+                    .windows(n)
+                    .position(|w| w == tail)
+                    .map(|p| start + p + n)
+            };
+            if let Some(end) = at(from.saturating_sub(n)).or_else(|| at(0)) {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_index_finds_what_scanning_the_prediction_finds() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        // Few distinct tokens, so runs recur and partial matches abound.
+        for _ in 0..3000 {
+            let prediction: Vec<TokenId> = (0..rng.random_range(0..60))
+                .map(|_| rng.random_range(0..3))
+                .collect();
+            let output: Vec<TokenId> = (0..rng.random_range(0..14))
+                .map(|_| rng.random_range(0..3))
+                .collect();
+            let from = rng.random_range(0..70);
+            let p = Prediction::new(prediction.clone());
+            assert_eq!(
+                p.align(&output, from),
+                align_by_scanning(&prediction, &output, from),
+                "{prediction:?} {output:?} from {from}"
+            );
+        }
     }
 }
