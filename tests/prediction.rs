@@ -124,3 +124,46 @@ fn a_prediction_drafts_and_never_changes_the_answer() {
         "{v}"
     );
 }
+
+#[test]
+fn a_prediction_drafts_on_a_route_whose_learner_chose_plain_decoding() {
+    let s = Server::start(&[]);
+    let key = s.tenant("acme");
+    // ngram only, no exploration: sampled poems (little to look up) soon teach the route's
+    // learner that drafting does not pay there.
+    let policy = json!({"speculation": true, "allowed": ["ngram"], "k_min": 1, "k_max": 8,
+                        "explore": false, "shadow_rate": 0});
+    let (status, v) = s.admin("PUT", "/admin/v1/policies/acme/creative", Some(policy));
+    assert_eq!(status, 200, "{v}");
+    let strategy = |v: &Value| v["usage"]["speculative"]["strategy"].as_str().map(String::from);
+    let poem = |seed: u64| {
+        let extra = json!({"workload": "creative", "temperature": 1.0, "seed": seed});
+        let v = ask_full(&s, &key, "Write a poem about the sea.", extra);
+        strategy(&v)
+    };
+    let went_plain = (0..40).find(|&i| poem(i).as_deref() == Some("plain"));
+    assert!(went_plain.is_some(), "the route never settled on plain decoding");
+
+    let prompt = code_edit_prompt();
+    let creative = |extra: Value| {
+        let mut e = json!({"workload": "creative"});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            e[k] = v.clone();
+        }
+        ask_full(&s, &key, &prompt, e)
+    };
+    let plain = creative(json!({}));
+    assert_eq!(strategy(&plain).as_deref(), Some("plain"), "{plain}");
+    let want = plain["choices"][0]["message"]["content"].as_str().unwrap();
+    let n = plain["usage"]["completion_tokens"].as_u64().unwrap();
+
+    // The route's plan is plain, but a prediction holds the answer: it drafts, falling back
+    // to the policy's lookup, and the answer stays the same.
+    let v = creative(json!({"prediction": {"type": "content", "content": want}}));
+    assert_eq!(v["choices"][0]["message"]["content"], want, "{v}");
+    assert_eq!(strategy(&v).as_deref(), Some("ngram"), "{v}");
+    let passes = v["usage"]["speculative"]["target_passes"].as_u64().unwrap();
+    assert!(passes * 3 <= n, "{passes} passes for {n} tokens: {v}");
+    // The route itself stays plain: predicted requests do not teach its learner.
+    assert_eq!(strategy(&creative(json!({}))).as_deref(), Some("plain"));
+}

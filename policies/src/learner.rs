@@ -70,7 +70,7 @@ const DECAY_STALE: f64 = 0.995;
 /// The class prior under a route's own evidence: at most this many judged positions per arm.
 const CLASS_PRIOR: f64 = MAX_EVIDENCE;
 /// A challenger must beat the incumbent by this factor.
-const HYSTERESIS: f64 = 1.03;
+pub(crate) const HYSTERESIS: f64 = 1.03;
 const PRIOR: (f64, f64) = (1.0, 1.0);
 const K_LIMIT: usize = 16;
 

@@ -6,6 +6,7 @@ pub mod cost;
 pub mod learner;
 pub mod plan;
 pub mod policy;
+pub mod prediction;
 pub mod step_costs;
 pub mod workload;
 
@@ -14,5 +15,6 @@ pub use cost::LoadView;
 pub use learner::{Constraints, Learner, Observation, RouteKey};
 pub use plan::{default_plan, k_under_load, Load, SpecPlan};
 pub use policy::{default_policy, PolicyError, RoutePolicy, ANY_TENANT};
+pub use prediction::{plan_for_prediction, PREDICTION_ALPHA};
 pub use step_costs::StepCosts;
 pub use workload::{classify, UnknownWorkload, WorkloadClass};

@@ -149,11 +149,13 @@ impl Actor for RequestActor {
         let route = job.route.clone();
         let speculation = job.speculation;
         let seed = job.params.seed;
+        let predicted = !job.prediction.is_empty();
         let prepare = async move {
             let planned = router
                 .send(PlanFor {
                     route: route.clone(),
                     speculation,
+                    predicted,
                 })
                 .await
                 .map_err(|e| ApiError::internal(format!("router: {e}")))??;
@@ -193,8 +195,9 @@ impl Actor for RequestActor {
                     (SpecPlan::PLAIN, Box::new(PlainDrafter) as BoxedDrafter)
                 }
             };
-            // A prediction drafts first wherever the plan drafts at all (not where load or
-            // the client turned speculation off). Its rounds say nothing about the route's
+            // A prediction drafts first wherever the plan drafts at all (the router plans a
+            // predicted request to draft where that pays, not where load, the policy or the
+            // client turned speculation off). Its rounds say nothing about the route's
             // strategy, so the learner does not see them.
             let drafter = if job.prediction.is_empty() || plan.k == 0 {
                 drafter

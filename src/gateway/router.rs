@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use specgate_policies::{
-    default_plan, k_under_load, Learner, LoadView, Observation, RouteKey, RoutePolicy, SpecPlan,
+    default_plan, k_under_load, plan_for_prediction, Learner, LoadView, Observation, RouteKey,
+    RoutePolicy, SpecPlan,
 };
 use specgate_strategies::StrategyKind;
 
@@ -98,6 +99,8 @@ impl Actor for Router {
 pub struct PlanFor {
     pub route: RouteLabels,
     pub speculation: SpecOverride,
+    /// The request brings a predicted output (planned on its own where the route's is plain).
+    pub predicted: bool,
 }
 
 /// A request's plan and the chance that it gets a shadow check.
@@ -129,8 +132,13 @@ impl Router {
             SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
             SpecOverride::Default => {
                 let (limits, load) = (policy.constraints(&self.available), self.load_view());
-                self.learner
-                    .choose(&route, &limits, &load, &mut rand::rng())
+                let learned = self
+                    .learner
+                    .choose(&route, &limits, &load, &mut rand::rng());
+                match msg.predicted {
+                    true => plan_for_prediction(learned, &limits, &load),
+                    false => learned,
+                }
             }
             SpecOverride::Use { strategy, k } => {
                 // Within what the route's policy allows: speculation off stays off.
