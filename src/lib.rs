@@ -22,6 +22,7 @@ pub mod history;
 pub mod loaded;
 pub mod loadgen;
 pub mod loadgen_report;
+pub mod logprobs;
 pub mod medusa_heads;
 pub mod model;
 pub mod model_drafter;

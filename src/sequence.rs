@@ -16,6 +16,7 @@ use specgate_strategies::{
 };
 
 use crate::generate::{GenerateError, GenerateParams};
+use crate::logprobs::{token_logprob, TokenLogprob};
 use crate::model::{Model, SeqId};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -56,6 +57,9 @@ pub struct SequenceState {
     /// Final hidden state of the row that produced the pending token, when the caller ran
     /// the target with hidden states ([hidden]; Medusa drafts from it).
     hidden: Option<Vec<f32>>,
+    /// Log-probabilities of the generated tokens (with this many alternatives), when asked
+    /// for, and how many of them `take_logprobs` has handed out.
+    logprobs: Option<(usize, Vec<TokenLogprob>, usize)>,
 }
 
 impl SequenceState {
@@ -79,6 +83,39 @@ impl SequenceState {
             stats: SpecStats::default(),
             gaps: None,
             hidden: None,
+            logprobs: None,
+        }
+    }
+
+    /// Record every generated token's log-probability and its `top` likeliest alternatives'.
+    pub fn track_logprobs(&mut self, top: usize) {
+        self.logprobs = Some((top, Vec::new(), 0));
+    }
+
+    /// The log-probabilities recorded since the last call (none when not tracked).
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        match self.logprobs.as_mut() {
+            Some((_, all, sent)) => {
+                let new = all[*sent..].to_vec();
+                *sent = all.len();
+                new
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Record the log-probabilities of the tokens the last commit added to the output:
+    /// `tokens[j]` came from row `row(j)` ([vocab]). Tokens the commit did not keep (EOS,
+    /// past a stop or max_tokens) get none.
+    fn record_logprobs<'r>(
+        &mut self,
+        before: usize,
+        tokens: &[TokenId],
+        row: impl Fn(usize) -> &'r [f32],
+    ) {
+        let kept = self.ids.len() - before;
+        if let Some((top, all, _)) = self.logprobs.as_mut() {
+            all.extend((0..kept).map(|j| token_logprob(row(j), tokens[j], *top)));
         }
     }
 
@@ -132,7 +169,10 @@ impl SequenceState {
             return Ok(String::new());
         }
         self.pending = Some(first);
-        self.commit(&[first], tok)
+        let before = self.ids.len();
+        let released = self.commit(&[first], tok)?;
+        self.record_logprobs(before, &[first], |_| last_row);
+        Ok(released)
     }
 
     /// Draft for the next round, at most `k_cap` tokens (the engine's load limit), never past
@@ -240,7 +280,11 @@ impl SequenceState {
                     .map(|&j| top2_gap(&rows[j * vocab..(j + 1) * vocab])),
             );
         }
+        let before = self.ids.len();
         let released = self.commit(&committed, tok)?;
+        self.record_logprobs(before, &committed, |j| {
+            &rows[used_rows[j] * vocab..(used_rows[j] + 1) * vocab]
+        });
         if self.finish.is_some() {
             // Stopped inside the round: accepted drafts past the end leave the cache too.
             let end = self.prompt_len + self.ids.len();

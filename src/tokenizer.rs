@@ -150,6 +150,21 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The bytes one token stands for: byte-level BPE stores each byte as a printable
+    /// character (GPT-2's table); a special token stands for its text.
+    pub fn token_bytes(&self, id: TokenId) -> Vec<u8> {
+        let Some(s) = self.token_str(id) else {
+            return Vec::new();
+        };
+        if self.is_special(id) {
+            return s.into_bytes();
+        }
+        s.chars()
+            .map(byte_of_char)
+            .collect::<Option<Vec<u8>>>()
+            .unwrap_or_else(|| s.into_bytes())
+    }
+
     pub fn is_special(&self, id: TokenId) -> bool {
         self.special.get(id as usize).copied().unwrap_or(false)
     }
@@ -157,6 +172,21 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+}
+
+/// The byte a byte-level BPE character stands for: printable bytes stand for themselves,
+/// the other 68 were moved to 256 + n, counted in byte order.
+fn byte_of_char(c: char) -> Option<u8> {
+    let printable = |b: u32| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    let c = c as u32;
+    if c < 256 {
+        return printable(c).then_some(c as u8);
+    }
+    let n = (c - 256) as usize;
+    (0u32..256)
+        .filter(|&b| !printable(b))
+        .nth(n)
+        .map(|b| b as u8)
 }
 
 /// Turns a growing list of ids into text pieces without ever splitting a UTF-8 character:

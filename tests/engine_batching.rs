@@ -58,6 +58,7 @@ fn submission(
         },
         events: tx,
         shadow: false,
+        logprobs: None,
     };
     (sub, rx)
 }

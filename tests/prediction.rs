@@ -135,14 +135,21 @@ fn a_prediction_drafts_on_a_route_whose_learner_chose_plain_decoding() {
                         "explore": false, "shadow_rate": 0});
     let (status, v) = s.admin("PUT", "/admin/v1/policies/acme/creative", Some(policy));
     assert_eq!(status, 200, "{v}");
-    let strategy = |v: &Value| v["usage"]["speculative"]["strategy"].as_str().map(String::from);
+    let strategy = |v: &Value| {
+        v["usage"]["speculative"]["strategy"]
+            .as_str()
+            .map(String::from)
+    };
     let poem = |seed: u64| {
         let extra = json!({"workload": "creative", "temperature": 1.0, "seed": seed});
         let v = ask_full(&s, &key, "Write a poem about the sea.", extra);
         strategy(&v)
     };
     let went_plain = (0..40).find(|&i| poem(i).as_deref() == Some("plain"));
-    assert!(went_plain.is_some(), "the route never settled on plain decoding");
+    assert!(
+        went_plain.is_some(),
+        "the route never settled on plain decoding"
+    );
 
     let prompt = code_edit_prompt();
     let creative = |extra: Value| {

@@ -69,3 +69,24 @@ fn known_ids_for_control_tokens() {
     );
     assert!(tok.is_special(1) && !tok.is_special(9690));
 }
+
+#[test]
+fn token_bytes_are_what_each_token_decodes_to() {
+    let lm = common::model();
+    let tok = &lm.tokenizer;
+    let mut whole = 0;
+    for id in 0..tok.vocab_size() as u32 {
+        let bytes = tok.token_bytes(id);
+        assert!(!bytes.is_empty(), "token {id} has no bytes");
+        // A token holding part of a character decodes lossily; the others exactly.
+        if let Ok(text) = String::from_utf8(bytes) {
+            assert_eq!(text, tok.decode(&[id]).unwrap(), "token {id}");
+            whole += 1;
+        }
+    }
+    assert!(whole > tok.vocab_size() * 9 / 10, "{whole} whole tokens");
+    // Two tokens that split a character: their bytes join into it.
+    let ids = tok.encode("café ☃").unwrap();
+    let joined: Vec<u8> = ids.iter().flat_map(|&id| tok.token_bytes(id)).collect();
+    assert_eq!(String::from_utf8(joined).unwrap(), "café ☃");
+}

@@ -265,6 +265,9 @@ impl Engine {
             if sub.shadow {
                 state.track_gaps();
             }
+            if let Some(top) = sub.logprobs {
+                state.track_logprobs(top);
+            }
             self.reserved += reserve;
             self.live.push(Live {
                 sub,
@@ -359,6 +362,7 @@ impl Engine {
         let _ = l.sub.events.send(Event::Text {
             text,
             generated: tokens,
+            logprobs: l.state.take_logprobs(),
         });
         if !l.state.is_finished() {
             return false;
@@ -374,6 +378,7 @@ impl Engine {
             let _ = l.sub.events.send(Event::Text {
                 text: tail,
                 generated: tokens,
+                logprobs: Vec::new(),
             });
         }
         let summary = Summary {

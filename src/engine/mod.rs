@@ -80,6 +80,8 @@ pub struct Submission {
     pub events: UnboundedSender<Event>,
     /// A shadow check: record the top-2 logit gap behind every token (see `shadow.rs`).
     pub shadow: bool,
+    /// Report each generated token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
 }
 
 /// What the engine tells a request, in order: text pieces, then `Done` or `Failed`.
@@ -91,6 +93,8 @@ pub enum Event {
     Text {
         text: String,
         generated: usize,
+        /// The log-probabilities of the tokens generated since the last event (when asked).
+        logprobs: Vec<crate::logprobs::TokenLogprob>,
     },
     Done(Summary),
     Failed(String),

@@ -13,6 +13,8 @@ use actix::prelude::*;
 
 use specgate_policies::SpecPlan;
 use specgate_strategies::{PlainDrafter, PredictionDrafter};
+
+use crate::logprobs::TokenLogprob;
 use tokio::sync::{mpsc, oneshot};
 
 use super::api::SpecOverride;
@@ -33,7 +35,8 @@ use specgate_strategies::TokenId;
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one Done per request
 pub enum Outgoing {
-    Text(String),
+    /// Text and the log-probabilities of the tokens behind it (when asked for).
+    Text(String, Vec<TokenLogprob>),
     Done(Summary),
     Failed(String),
 }
@@ -46,6 +49,8 @@ pub struct Job {
     pub speculation: SpecOverride,
     /// The client's predicted output, tokenized (empty: none).
     pub prediction: Vec<TokenId>,
+    /// Report log-probabilities with this many alternatives.
+    pub logprobs: Option<usize>,
 }
 
 /// The actors and the engine a request talks to.
@@ -218,6 +223,7 @@ impl Actor for RequestActor {
                 route: job.route,
                 events: tx,
                 shadow: false,
+                logprobs: job.logprobs,
             };
             if let Err(e) = act.engine.submit(sub) {
                 return act.refuse(submit_error(e), ctx);
@@ -339,9 +345,13 @@ impl RequestActor {
 impl StreamHandler<Event> for RequestActor {
     fn handle(&mut self, event: Event, ctx: &mut Context<Self>) {
         let outgoing = match event {
-            Event::Text { text, generated } => {
+            Event::Text {
+                text,
+                generated,
+                logprobs,
+            } => {
                 self.observe_tokens(generated);
-                Outgoing::Text(text)
+                Outgoing::Text(text, logprobs)
             }
             Event::Done(summary) => {
                 self.finished = true;

@@ -142,7 +142,6 @@ fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
                 .as_object()
                 .is_some_and(|o| o.len() == 1 && o.get("type").is_some_and(|t| t == "text"))
         }
-        "top_logprobs" => null || zero(v),
         "store" => null || v == false,
         "metadata" => null || v.is_object(),
         "service_tier" => null || v == "auto" || v == "default",
@@ -212,8 +211,10 @@ pub struct CommonFields {
     pub presence_penalty: Option<f64>,
     #[schema(minimum = 0.0, maximum = 0.0)]
     pub frequency_penalty: Option<f64>,
-    /// Only null or false (not supported otherwise).
-    #[schema(value_type = Option<bool>)]
+    /// Chat: true reports each generated token's log-probability (the target's, before
+    /// temperature and truncation). Completions: an integer 0–5, the alternatives to report
+    /// with it.
+    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<serde_json::Value>,
     /// The workload class (else the `X-Workload` header, else a heuristic).
     #[schema(pattern = "^(code_edit|rag|creative|chat)$")]
@@ -258,6 +259,9 @@ pub struct ChatRequest {
     /// Required (checked by validation, so its absence gets a clear 400).
     #[schema(value_type = Vec<Message>, required = true, min_items = 1)]
     pub messages: Option<Vec<Message>>,
+    /// With `logprobs` true: how many likeliest alternatives each token reports.
+    #[schema(minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<i64>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
@@ -271,7 +275,7 @@ pub enum PromptField {
 }
 
 impl RequestBody for ChatRequest {
-    const OWN_FIELDS: &'static [&'static str] = &["messages"];
+    const OWN_FIELDS: &'static [&'static str] = &["messages", "top_logprobs"];
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -332,6 +336,8 @@ pub struct GenerationRequest {
     pub speculation: SpecOverride,
     /// The predicted output's text (`prediction`), when given.
     pub prediction: Option<String>,
+    /// Report each token's log-probability with this many alternatives (None: no logprobs).
+    pub logprobs: Option<usize>,
 }
 
 /// Parse a JSON body into `T`: a 400 with serde's explanation when it is not JSON or a field
@@ -402,8 +408,8 @@ mod tests {
                 Some(false),
             ),
             ("response_format", json!({"json_schema": {}}), Some(false)),
-            ("top_logprobs", json!(0.0), Some(true)),
-            ("top_logprobs", json!(2), Some(false)),
+            // Implemented for chat (and unknown to completions).
+            ("top_logprobs", json!(2), None),
             ("prompt_cache_key", json!("k"), Some(true)),
             // Implemented, so not a neutral-only field.
             (

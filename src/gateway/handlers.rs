@@ -17,12 +17,14 @@ use super::api::{
     parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestBody, RequestLimits,
 };
 use super::error::ApiError;
+use super::logprobs_json::Renderer;
 use super::ops;
 use super::prepare::prepare;
 use super::quotas::{Quotas, Ticket};
 use super::responses::{self, Endpoint, ResponseMeta};
 use super::tenants::{TenantError, TenantStore};
 use crate::clock::unix_now;
+use crate::logprobs::TokenLogprob;
 use crate::policy_store::PolicyStore;
 use crate::tokenizer::Tokenizer;
 
@@ -233,14 +235,17 @@ async fn respond(
         ticket.used(0);
         return Err(e);
     }
+    let logprobs = request
+        .logprobs
+        .map(|_| Renderer::new(Arc::clone(&state.tokenizer), endpoint));
     if request.stream {
-        let events = sse_stream(out, meta, request.include_usage, ticket);
+        let events = sse_stream(out, meta, request.include_usage, ticket, logprobs);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .streaming(events));
     }
-    collect(out, &meta, ticket).await
+    collect(out, &meta, ticket, logprobs).await
 }
 
 /// Wait for the whole answer.
@@ -248,14 +253,20 @@ async fn collect(
     mut out: mpsc::UnboundedReceiver<Outgoing>,
     meta: &ResponseMeta,
     mut ticket: Ticket,
+    mut logprobs: Option<Renderer>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut text = String::new();
+    let (mut text, mut entries) = (String::new(), Vec::new());
     while let Some(item) = out.recv().await {
         match item {
-            Outgoing::Text(t) => text += &t,
+            Outgoing::Text(t, lp) => {
+                text += &t;
+                entries.extend(lp);
+            }
             Outgoing::Done(summary) => {
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
-                return Ok(HttpResponse::Ok().json(responses::full(meta, &text, &summary)));
+                let lp = logprobs.as_mut().map(|r| r.render(&entries));
+                let body = responses::with_logprobs(responses::full(meta, &text, &summary), lp);
+                return Ok(HttpResponse::Ok().json(body));
             }
             Outgoing::Failed(why) => {
                 // The server failed it: the tenant's quota is not charged.
@@ -274,6 +285,7 @@ fn sse_stream(
     meta: ResponseMeta,
     include_usage: bool,
     ticket: Ticket,
+    logprobs: Option<Renderer>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
     struct S {
         out: mpsc::UnboundedReceiver<Outgoing>,
@@ -282,6 +294,21 @@ fn sse_stream(
         done: bool,
         // Held as long as the stream: dropped at its end or when the client goes away.
         ticket: Ticket,
+        logprobs: Option<Renderer>,
+        // Log-probabilities of tokens whose text is still held back: sent with the next text.
+        held: Vec<TokenLogprob>,
+    }
+    impl S {
+        /// `chunk` with the held log-probabilities, if any (asked for and not yet sent).
+        fn with_held(&mut self, chunk: serde_json::Value) -> serde_json::Value {
+            let held = std::mem::take(&mut self.held);
+            let lp = self
+                .logprobs
+                .as_mut()
+                .filter(|_| !held.is_empty())
+                .map(|r| r.render(&held));
+            responses::with_logprobs(chunk, lp)
+        }
     }
     let s = S {
         out,
@@ -289,6 +316,8 @@ fn sse_stream(
         first: true,
         done: false,
         ticket,
+        logprobs,
+        held: Vec::new(),
     };
     futures_util::stream::unfold(s, move |mut s| async move {
         if s.done {
@@ -296,18 +325,18 @@ fn sse_stream(
         }
         let bytes = loop {
             match s.out.recv().await {
-                Some(Outgoing::Text(t)) if t.is_empty() => continue,
-                Some(Outgoing::Text(t)) => {
+                Some(Outgoing::Text(t, lp)) if t.is_empty() => s.held.extend(lp),
+                Some(Outgoing::Text(t, lp)) => {
+                    s.held.extend(lp);
                     let chunk = responses::text_chunk(&s.meta, &t, s.first);
                     s.first = false;
-                    break responses::sse(&chunk);
+                    break responses::sse(&s.with_held(chunk));
                 }
                 Some(Outgoing::Done(summary)) => {
                     s.ticket
                         .used((summary.prompt_tokens + summary.completion_tokens) as u64);
-                    let mut b =
-                        responses::sse(&responses::finish_chunk(&s.meta, summary.finish_reason))
-                            .to_vec();
+                    let finish = responses::finish_chunk(&s.meta, summary.finish_reason);
+                    let mut b = responses::sse(&s.with_held(finish)).to_vec();
                     if include_usage {
                         b.extend_from_slice(&responses::sse(&responses::usage_chunk(
                             &s.meta, &summary,

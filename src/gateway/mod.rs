@@ -6,6 +6,7 @@ pub mod api;
 pub mod error;
 pub mod handlers;
 pub mod history_writer;
+pub mod logprobs_json;
 pub mod openapi;
 pub mod ops;
 pub mod policies_api;

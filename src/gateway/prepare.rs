@@ -62,6 +62,7 @@ pub fn prepare(
         },
         speculation: r.speculation,
         prediction,
+        logprobs: r.logprobs,
     })
 }
 

@@ -74,7 +74,8 @@ pub struct AssistantMessage {
 pub struct ChatChoice {
     pub index: u32,
     pub message: AssistantMessage,
-    /// Always null: log probabilities are not offered.
+    /// Null unless the request set `logprobs`: then `{"content": [{token, logprob, bytes,
+    /// top_logprobs}], "refusal": null}`.
     #[schema(value_type = Option<Object>)]
     pub logprobs: Option<Value>,
     pub finish_reason: String,
@@ -220,6 +221,15 @@ fn text_choice(text: &str, finish: Option<String>) -> TextChoice {
         logprobs: None,
         finish_reason: finish,
     }
+}
+
+/// `v` (a response or chunk with one choice) with that choice's `logprobs` set, when
+/// the request asked for them.
+pub fn with_logprobs(mut v: Value, logprobs: Option<Value>) -> Value {
+    if let (Some(lp), Some(choice)) = (logprobs, v.pointer_mut("/choices/0")) {
+        choice["logprobs"] = lp;
+    }
+    v
 }
 
 /// A whole non-streamed response.

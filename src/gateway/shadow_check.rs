@@ -42,6 +42,7 @@ pub fn launch(engine: &EngineHandle, router: Addr<Router>, job: ShadowJob) {
         route: job.route.clone(),
         events: tx,
         shadow: true,
+        logprobs: None,
     };
     if engine.submit(sub).is_err() {
         metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);

@@ -10,6 +10,7 @@ use super::api::{
 };
 use super::error::ApiError;
 use crate::chat::ChatMessage;
+use crate::logprobs::MAX_TOP_LOGPROBS;
 
 impl ChatRequest {
     pub fn validate(
@@ -62,8 +63,10 @@ impl ChatRequest {
             };
             out.push(ChatMessage { role, content });
         }
+        let logprobs = chat_logprobs(self.common.logprobs.as_ref(), self.top_logprobs)?;
         let mut req = self.common.validate(limits, workload_header)?;
         req.messages = Some(out);
+        req.logprobs = logprobs;
         Ok(req)
     }
 }
@@ -106,8 +109,10 @@ impl CompletionRequest {
                 "`suffix` is not supported",
             ));
         }
+        let logprobs = completion_logprobs(self.common.logprobs.as_ref())?;
         let mut req = self.common.validate(limits, workload_header)?;
         req.prompt = Some(prompt);
+        req.logprobs = logprobs;
         Ok(req)
     }
 }
@@ -147,16 +152,6 @@ impl CommonFields {
                     format!("`{param}` is not supported"),
                 ));
             }
-        }
-        if self
-            .logprobs
-            .as_ref()
-            .is_some_and(|v| !(v.is_null() || *v == serde_json::Value::Bool(false)))
-        {
-            return Err(ApiError::invalid(
-                Some("logprobs"),
-                "`logprobs` is not supported",
-            ));
         }
         let (param, max) = match (self.max_completion_tokens, self.max_tokens) {
             (Some(m), _) => ("max_completion_tokens", Some(m)),
@@ -239,9 +234,60 @@ impl CommonFields {
             workload,
             speculation,
             prediction,
+            logprobs: None,
         })
     }
 }
+
+/// Chat's `logprobs` (a boolean) and `top_logprobs` (0 to 20 alternatives, with `logprobs`
+/// true) as the alternatives to report, or None.
+fn chat_logprobs(
+    logprobs: Option<&serde_json::Value>,
+    top: Option<i64>,
+) -> Result<Option<usize>, ApiError> {
+    let on = match logprobs {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("logprobs"),
+                "`logprobs` must be a boolean",
+            ))
+        }
+    };
+    let max = MAX_TOP_LOGPROBS as i64;
+    match top {
+        Some(n) if !(0..=max).contains(&n) => Err(ApiError::invalid(
+            Some("top_logprobs"),
+            format!("`top_logprobs` must be between 0 and {max}, got {n}"),
+        )),
+        Some(n) if n > 0 && !on => Err(ApiError::invalid(
+            Some("top_logprobs"),
+            "`top_logprobs` needs `logprobs` set to true",
+        )),
+        _ => Ok(on.then(|| top.unwrap_or(0) as usize)),
+    }
+}
+
+/// The completions endpoint's `logprobs`: how many alternatives (0 to 5) to report, or None.
+fn completion_logprobs(logprobs: Option<&serde_json::Value>) -> Result<Option<usize>, ApiError> {
+    let v = match logprobs {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    match v.as_u64() {
+        Some(n) if n <= COMPLETION_MAX_LOGPROBS => Ok(Some(n as usize)),
+        _ => Err(ApiError::invalid(
+            Some("logprobs"),
+            format!(
+                "`logprobs` must be an integer between 0 and {COMPLETION_MAX_LOGPROBS}, got {v}"
+            ),
+        )),
+    }
+}
+
+/// OpenAI's limit for the completions endpoint.
+const COMPLETION_MAX_LOGPROBS: u64 = 5;
 
 /// The predicted output's text; only `{"type": "content"}` exists.
 fn prediction(field: Option<PredictionField>) -> Result<Option<String>, ApiError> {

@@ -54,6 +54,17 @@ check("".join(pieces) == text, "streamed chat text equals the non-stream text")
 check(finish in ("stop", "length"), "stream carries a finish_reason")
 check(usage is not None and usage.completion_tokens == chat.usage.completion_tokens, "stream usage")
 
+# Log-probabilities, as the client types them.
+lp = client.chat.completions.create(
+    model=MODEL, messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=2,
+)
+content = lp.choices[0].logprobs.content
+check(len(content) == lp.usage.completion_tokens, "a logprob per generated token")
+check("".join(t.token for t in content) == lp.choices[0].message.content, "logprob tokens spell the text")
+check(all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in content), "logprobs and top_logprobs")
+comp_lp = client.completions.create(model=MODEL, prompt="def add(a, b):", max_tokens=8, temperature=0, logprobs=1)
+check(len(comp_lp.choices[0].logprobs.token_logprobs) == comp_lp.usage.completion_tokens, "completions logprobs")
+
 # Completions.
 comp = client.completions.create(model=MODEL, prompt="def add(a, b):", max_tokens=16, temperature=0)
 check(comp.object == "text_completion" and len(comp.choices[0].text) > 0, "completions")

@@ -216,6 +216,8 @@ pub struct StreamResult {
     pub usage: Option<Value>,
     pub chunks: usize,
     pub done: bool,
+    /// Each chunk's `logprobs.content` entries, in order (chat with `logprobs`).
+    pub logprobs: Vec<Value>,
 }
 
 /// Read server-sent events until `data: [DONE]`.
@@ -239,6 +241,9 @@ pub fn parse_sse(reader: impl Read) -> StreamResult {
         if let Some(c) = v["choices"].get(0) {
             let piece = c["delta"]["content"].as_str().or(c["text"].as_str());
             out.text += piece.unwrap_or_default();
+            if let Some(lp) = c["logprobs"]["content"].as_array() {
+                out.logprobs.extend(lp.iter().cloned());
+            }
             if let Some(f) = c["finish_reason"].as_str() {
                 out.finish_reason = Some(f.to_string());
             }

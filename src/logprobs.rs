@@ -1,0 +1,129 @@
+//! Log-probabilities of generated tokens, as OpenAI's `logprobs` reports them.
+//!
+//! They come from the target's own distribution: the log-softmax of its logits before
+//! temperature, top-k, top-p or min-p (what vLLM reports by default), for the committed token
+//! and the likeliest alternatives. A speculative round's rows are the target's own, computed
+//! with the same bits as plain decoding's, so speculation does not change them.
+
+use specgate_strategies::TokenId;
+
+/// The most alternatives a request may ask for (OpenAI's limit for chat).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// One generated token's log-probability and the `top` likeliest tokens' at its position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenId,
+    pub logprob: f32,
+    /// Likeliest first; ties in id order.
+    pub top: Vec<(TokenId, f32)>,
+}
+
+/// `token`'s log-probability under `row` (the logits of its position, [vocab]) and the
+/// `top` likeliest tokens'.
+pub fn token_logprob(row: &[f32], token: TokenId, top: usize) -> TokenLogprob {
+    let (max, ln_sum) = normaliser(row);
+    // x − max first: subtracting a rounded log-sum-exp from large logits loses digits.
+    let log_p = |x: f32| (f64::from(x - max) - ln_sum) as f32;
+    let logprob = row
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |&x| log_p(x));
+    let top = top_logits(row, top)
+        .into_iter()
+        .map(|(id, x)| (id, log_p(x)))
+        .collect();
+    TokenLogprob {
+        token,
+        logprob,
+        top,
+    }
+}
+
+/// The row's maximum m and ln Σ exp(x − m), summed in f64 so neither end overflows.
+fn normaliser(row: &[f32]) -> (f32, f64) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return (max, 0.0);
+    }
+    let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+    (max, sum.ln())
+}
+
+/// The `n` largest logits with their ids, largest first, lower ids first among equals.
+fn top_logits(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
+    let better = |a: &(TokenId, f32), b: &(TokenId, f32)| a.1 > b.1 || (a.1 == b.1 && a.0 < b.0);
+    let mut best: Vec<(TokenId, f32)> = Vec::with_capacity(n + 1);
+    if n == 0 {
+        return best;
+    }
+    for (id, &x) in row.iter().enumerate() {
+        let c = (id as TokenId, x);
+        if best.len() == n && !better(&c, &best[n - 1]) {
+            continue;
+        }
+        let at = best.partition_point(|b| better(b, &c));
+        best.insert(at, c);
+        best.truncate(n);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_probabilities_are_the_log_softmax_of_the_row() {
+        let row = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let z: f64 = row.iter().map(|&x| f64::from(x).exp()).sum();
+        let lp = token_logprob(&row, 2, 3);
+        assert!((f64::from(lp.logprob) - (2.0 - z.ln())).abs() < 1e-6);
+        // Ties go to the lower id.
+        let ids: Vec<TokenId> = lp.top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, vec![1, 3, 2]);
+        let total: f64 = row
+            .iter()
+            .enumerate()
+            .map(|(i, _)| f64::from(token_logprob(&row, i as TokenId, 0).logprob).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-6, "{total}");
+        assert!(token_logprob(&row, 0, 0).top.is_empty());
+        assert_eq!(token_logprob(&row, 0, 9).top.len(), row.len());
+    }
+
+    #[test]
+    fn large_logits_neither_overflow_nor_lose_the_answer() {
+        let row = [1000.0f32, 1000.0, -1000.0];
+        let lp = token_logprob(&row, 0, 1);
+        assert!(
+            (lp.logprob - (-std::f32::consts::LN_2)).abs() < 1e-6,
+            "{lp:?}"
+        );
+        assert_eq!(lp.top[0].0, 0);
+        assert_eq!(
+            token_logprob(&row, 7, 0).logprob,
+            f32::NEG_INFINITY,
+            "no such id"
+        );
+    }
+
+    #[test]
+    fn the_top_list_matches_a_full_sort() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for _ in 0..50 {
+            let row: Vec<f32> = (0..300)
+                .map(|_| rng.random_range(-4i32..4) as f32)
+                .collect();
+            let mut all: Vec<(TokenId, f32)> = row
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (i as TokenId, x))
+                .collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let ids: Vec<TokenId> = top_logits(&row, 20).iter().map(|t| t.0).collect();
+            let want: Vec<TokenId> = all[..20].iter().map(|t| t.0).collect();
+            assert_eq!(ids, want);
+        }
+    }
+}
