@@ -10,6 +10,9 @@ use specgate_strategies::TokenId;
 /// The most alternatives a request may ask for (OpenAI's limit for chat).
 pub const MAX_TOP_LOGPROBS: usize = 20;
 
+/// The floor reported for an impossible token (JSON has no −∞; vLLM reports the same).
+pub const MIN_LOGPROB: f32 = -9999.0;
+
 /// One generated token's log-probability and the `top` likeliest tokens' at its position.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
@@ -24,10 +27,8 @@ pub struct TokenLogprob {
 pub fn token_logprob(row: &[f32], token: TokenId, top: usize) -> TokenLogprob {
     let (max, ln_sum) = normaliser(row);
     // x − max first: subtracting a rounded log-sum-exp from large logits loses digits.
-    let log_p = |x: f32| (f64::from(x - max) - ln_sum) as f32;
-    let logprob = row
-        .get(token as usize)
-        .map_or(f32::NEG_INFINITY, |&x| log_p(x));
+    let log_p = |x: f32| ((f64::from(x - max) - ln_sum) as f32).max(MIN_LOGPROB);
+    let logprob = row.get(token as usize).map_or(MIN_LOGPROB, |&x| log_p(x));
     let top = top_logits(row, top)
         .into_iter()
         .map(|(id, x)| (id, log_p(x)))
@@ -39,14 +40,18 @@ pub fn token_logprob(row: &[f32], token: TokenId, top: usize) -> TokenLogprob {
     }
 }
 
-/// The row's maximum m and ln Σ exp(x − m), summed in f64 so neither end overflows.
+/// The row's maximum m and ln Σ exp(x − m) (the SIMD exponential the attention softmax
+/// uses, on a copy: one row of this vocabulary costs tens of microseconds, not hundreds).
 fn normaliser(row: &[f32]) -> (f32, f64) {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         return (max, 0.0);
     }
-    let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
-    (max, sum.ln())
+    let mut scratch = row.to_vec();
+    (
+        max,
+        specgate_kernels::vexp::exp_sub_sum(&mut scratch, max).ln(),
+    )
 }
 
 /// The `n` largest logits with their ids, largest first, lower ids first among equals.
@@ -100,10 +105,11 @@ mod tests {
             "{lp:?}"
         );
         assert_eq!(lp.top[0].0, 0);
+        assert_eq!(token_logprob(&row, 7, 0).logprob, MIN_LOGPROB, "no such id");
+        let lp = token_logprob(&[0.0, f32::NEG_INFINITY], 1, 2);
         assert_eq!(
-            token_logprob(&row, 7, 0).logprob,
-            f32::NEG_INFINITY,
-            "no such id"
+            lp.logprob, MIN_LOGPROB,
+            "impossible, and still a JSON number"
         );
     }
 

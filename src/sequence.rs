@@ -57,9 +57,9 @@ pub struct SequenceState {
     /// Final hidden state of the row that produced the pending token, when the caller ran
     /// the target with hidden states ([hidden]; Medusa drafts from it).
     hidden: Option<Vec<f32>>,
-    /// Log-probabilities of the generated tokens (with this many alternatives), when asked
-    /// for, and how many of them `take_logprobs` has handed out.
-    logprobs: Option<(usize, Vec<TokenLogprob>, usize)>,
+    /// Log-probabilities (with this many alternatives) of the generated tokens not yet
+    /// handed out by `take_logprobs`, when asked for.
+    logprobs: Option<(usize, Vec<TokenLogprob>)>,
 }
 
 impl SequenceState {
@@ -89,24 +89,21 @@ impl SequenceState {
 
     /// Record every generated token's log-probability and its `top` likeliest alternatives'.
     pub fn track_logprobs(&mut self, top: usize) {
-        self.logprobs = Some((top, Vec::new(), 0));
+        self.logprobs = Some((top, Vec::new()));
     }
 
     /// The log-probabilities recorded since the last call (none when not tracked).
     pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
-        match self.logprobs.as_mut() {
-            Some((_, all, sent)) => {
-                let new = all[*sent..].to_vec();
-                *sent = all.len();
-                new
-            }
-            None => Vec::new(),
-        }
+        self.logprobs
+            .as_mut()
+            .map(|(_, new)| std::mem::take(new))
+            .unwrap_or_default()
     }
 
     /// Record the log-probabilities of the tokens the last commit added to the output:
     /// `tokens[j]` came from row `row(j)` ([vocab]). Tokens the commit did not keep (EOS,
-    /// past a stop or max_tokens) get none.
+    /// past a stop or max_tokens) get none; the token that completes a stop string is kept
+    /// and reported, though its text is cut.
     fn record_logprobs<'r>(
         &mut self,
         before: usize,
@@ -114,7 +111,7 @@ impl SequenceState {
         row: impl Fn(usize) -> &'r [f32],
     ) {
         let kept = self.ids.len() - before;
-        if let Some((top, all, _)) = self.logprobs.as_mut() {
+        if let Some((top, all)) = self.logprobs.as_mut() {
             all.extend((0..kept).map(|j| token_logprob(row(j), tokens[j], *top)));
         }
     }

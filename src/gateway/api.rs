@@ -142,6 +142,7 @@ fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
                 .as_object()
                 .is_some_and(|o| o.len() == 1 && o.get("type").is_some_and(|t| t == "text"))
         }
+        "top_logprobs" => null || zero(v),
         "store" => null || v == false,
         "metadata" => null || v.is_object(),
         "service_tier" => null || v == "auto" || v == "default",
@@ -260,8 +261,8 @@ pub struct ChatRequest {
     #[schema(value_type = Vec<Message>, required = true, min_items = 1)]
     pub messages: Option<Vec<Message>>,
     /// With `logprobs` true: how many likeliest alternatives each token reports.
-    #[schema(minimum = 0, maximum = 20)]
-    pub top_logprobs: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<f64>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
@@ -408,8 +409,9 @@ mod tests {
                 Some(false),
             ),
             ("response_format", json!({"json_schema": {}}), Some(false)),
-            // Implemented for chat (and unknown to completions).
-            ("top_logprobs", json!(2), None),
+            // Chat implements it; to completions only the neutral value is known.
+            ("top_logprobs", json!(0.0), Some(true)),
+            ("top_logprobs", json!(2), Some(false)),
             ("prompt_cache_key", json!("k"), Some(true)),
             // Implemented, so not a neutral-only field.
             (

@@ -295,7 +295,8 @@ fn sse_stream(
         // Held as long as the stream: dropped at its end or when the client goes away.
         ticket: Ticket,
         logprobs: Option<Renderer>,
-        // Log-probabilities of tokens whose text is still held back: sent with the next text.
+        // Log-probabilities not sent yet: they go with the next chunk that carries text (or
+        // the finish chunk), so a token whose text is held back is reported a chunk late.
         held: Vec<TokenLogprob>,
     }
     impl S {

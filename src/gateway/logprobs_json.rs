@@ -15,8 +15,9 @@ use crate::tokenizer::Tokenizer;
 pub struct Renderer {
     tok: Arc<Tokenizer>,
     endpoint: Endpoint,
-    /// Completions: where the next token's text starts in the answer.
-    offset: usize,
+    /// Completions: the bytes of the answer's tokens so far (text offsets count its
+    /// characters).
+    answer: Vec<u8>,
 }
 
 impl Renderer {
@@ -24,7 +25,7 @@ impl Renderer {
         Self {
             tok,
             endpoint,
-            offset: 0,
+            answer: Vec::new(),
         }
     }
 
@@ -32,9 +33,18 @@ impl Renderer {
     pub fn render(&mut self, entries: &[TokenLogprob]) -> Value {
         match self.endpoint {
             Endpoint::Chat => chat(&self.tok, entries),
-            Endpoint::Completion => completion(&self.tok, entries, &mut self.offset),
+            Endpoint::Completion => completion(&self.tok, entries, &mut self.answer),
         }
     }
+}
+
+/// Whole characters in `bytes` (a character split across tokens counts once it is whole).
+fn chars(bytes: &[u8]) -> usize {
+    let valid = match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    valid.chars().count()
 }
 
 /// A token's text (lossy where it holds part of a character; `bytes` has them all).
@@ -66,22 +76,25 @@ pub fn chat(tok: &Tokenizer, entries: &[TokenLogprob]) -> Value {
     json!({"content": content, "refusal": null})
 }
 
-/// The completions endpoint's `logprobs` object for `entries`; `offset` is where the first
-/// token's text starts in the answer (in characters), and moves past the last one's.
-pub fn completion(tok: &Tokenizer, entries: &[TokenLogprob], offset: &mut usize) -> Value {
+/// The completions endpoint's `logprobs` object for `entries`, which follow the tokens
+/// whose bytes are `answer` (extended by theirs). `top_logprobs` holds the chosen token too,
+/// as OpenAI's does (up to n + 1 entries); it is a JSON object, so its keys come out in name
+/// order, and alternatives whose text is the same (parts of characters) share one key.
+pub fn completion(tok: &Tokenizer, entries: &[TokenLogprob], answer: &mut Vec<u8>) -> Value {
     let (mut tokens, mut logprobs, mut tops, mut offsets) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for e in entries {
-        let (token, _) = text(tok, e.token);
-        offsets.push(*offset);
-        *offset += token.chars().count();
-        tokens.push(token);
-        logprobs.push(e.logprob);
-        let top: Map<String, Value> = e
+        let (token, bytes) = text(tok, e.token);
+        offsets.push(chars(answer));
+        answer.extend_from_slice(&bytes);
+        let mut top: Map<String, Value> = e
             .top
             .iter()
             .map(|&(id, lp)| (text(tok, id).0, json!(lp)))
             .collect();
+        top.entry(token.clone()).or_insert(json!(e.logprob));
+        tokens.push(token);
+        logprobs.push(e.logprob);
         tops.push(Value::Object(top));
     }
     json!({

@@ -243,7 +243,7 @@ impl CommonFields {
 /// true) as the alternatives to report, or None.
 fn chat_logprobs(
     logprobs: Option<&serde_json::Value>,
-    top: Option<i64>,
+    top: Option<f64>,
 ) -> Result<Option<usize>, ApiError> {
     let on = match logprobs {
         None | Some(serde_json::Value::Null) => false,
@@ -255,24 +255,28 @@ fn chat_logprobs(
             ))
         }
     };
-    let max = MAX_TOP_LOGPROBS as i64;
+    // A whole number, written as an integer or not (0.0 is what some clients send).
+    let max = MAX_TOP_LOGPROBS as f64;
     match top {
-        Some(n) if !(0..=max).contains(&n) => Err(ApiError::invalid(
+        Some(n) if !(0.0..=max).contains(&n) || n.fract() != 0.0 => Err(ApiError::invalid(
             Some("top_logprobs"),
-            format!("`top_logprobs` must be between 0 and {max}, got {n}"),
+            format!("`top_logprobs` must be a whole number between 0 and {max}, got {n}"),
         )),
-        Some(n) if n > 0 && !on => Err(ApiError::invalid(
+        Some(n) if n > 0.0 && !on => Err(ApiError::invalid(
             Some("top_logprobs"),
             "`top_logprobs` needs `logprobs` set to true",
         )),
-        _ => Ok(on.then(|| top.unwrap_or(0) as usize)),
+        _ => Ok(on.then(|| top.unwrap_or(0.0) as usize)),
     }
 }
 
-/// The completions endpoint's `logprobs`: how many alternatives (0 to 5) to report, or None.
+/// The completions endpoint's `logprobs`: how many alternatives (0 to 5) to report, or None
+/// (null, or false as some clients send).
 fn completion_logprobs(logprobs: Option<&serde_json::Value>) -> Result<Option<usize>, ApiError> {
     let v = match logprobs {
-        None | Some(serde_json::Value::Null) => return Ok(None),
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => {
+            return Ok(None)
+        }
         Some(v) => v,
     };
     match v.as_u64() {
