@@ -59,6 +59,7 @@ fn submission(
         events: tx,
         shadow: false,
         logprobs: None,
+        stream: true,
     };
     (sub, rx)
 }

@@ -448,3 +448,30 @@ fn a_client_that_leaves_a_non_streamed_request_frees_its_sequence() {
         "it ended by cancellation, not by finishing"
     );
 }
+
+#[test]
+fn a_held_answer_still_times_its_first_token_and_each_token_after() {
+    // A non-streamed answer is delivered once, at the end; its latency metrics come from
+    // when each step committed, not from when the text arrived.
+    let s = Server::start(&[]);
+    let key = s.tenant("acme");
+    let body = s.chat_body(
+        "Write a long story about a lighthouse.",
+        160,
+        json!({"speculation": {"enabled": false}, "workload": "creative"}),
+    );
+    let t = std::time::Instant::now();
+    let (status, v) = s.post("/v1/chat/completions", &key, &body);
+    let e2e = t.elapsed().as_secs_f64();
+    assert_eq!(status, 200, "{v}");
+    let n = v["usage"]["completion_tokens"].as_u64().unwrap() as f64;
+    let ttft = s.metric("specgate_time_to_first_token_seconds_sum");
+    assert!(ttft > 0.0 && ttft < e2e / 4.0, "TTFT {ttft} s of {e2e} s");
+    assert_eq!(
+        s.metric("specgate_inter_token_latency_seconds_count"),
+        n - 1.0,
+        "one inter-token latency per token after the first"
+    );
+    let itl = s.metric("specgate_inter_token_latency_seconds_sum");
+    assert!(itl > e2e / 2.0 && itl < e2e, "ITL sum {itl} s of {e2e} s");
+}

@@ -23,6 +23,8 @@ struct Live {
     queued: Duration,
     /// Σ over the steps that ran this sequence's rounds of the sequences in them.
     round_company: u64,
+    /// Text and step times not delivered yet (an answer that is not streamed).
+    held: (String, Vec<(Instant, usize)>),
 }
 
 /// One sequence's share of a step.
@@ -276,6 +278,7 @@ impl Engine {
                 reserved: reserve,
                 queued: since.elapsed(),
                 round_company: 0,
+                held: Default::default(),
             });
         }
     }
@@ -359,11 +362,16 @@ impl Engine {
             }
         };
         let tokens = l.state.generated().len();
-        let _ = l.sub.events.send(Event::Text {
-            text,
-            generated: tokens,
-            logprobs: l.state.take_logprobs(),
-        });
+        l.held.0 += &text;
+        l.held.1.push((Instant::now(), tokens));
+        if l.sub.stream || l.state.is_finished() {
+            let (text, steps) = std::mem::take(&mut l.held);
+            let _ = l.sub.events.send(Event::Text {
+                text,
+                logprobs: l.state.take_logprobs(),
+                steps,
+            });
+        }
         if !l.state.is_finished() {
             return false;
         }
@@ -377,8 +385,8 @@ impl Engine {
         if !tail.is_empty() {
             let _ = l.sub.events.send(Event::Text {
                 text: tail,
-                generated: tokens,
                 logprobs: Vec::new(),
+                steps: Vec::new(),
             });
         }
         let summary = Summary {

@@ -51,6 +51,8 @@ pub struct Job {
     pub prediction: Vec<TokenId>,
     /// Report log-probabilities with this many alternatives.
     pub logprobs: Option<usize>,
+    /// The client reads the answer as it is generated.
+    pub stream: bool,
 }
 
 /// The actors and the engine a request talks to.
@@ -224,6 +226,7 @@ impl Actor for RequestActor {
                 events: tx,
                 shadow: false,
                 logprobs: job.logprobs,
+                stream: job.stream,
             };
             if let Err(e) = act.engine.submit(sub) {
                 return act.refuse(submit_error(e), ctx);
@@ -317,8 +320,8 @@ impl RequestActor {
     }
 
     /// Latency metrics for a piece of output that brought the total to `generated`.
-    fn observe_tokens(&mut self, generated: usize) {
-        let now = Instant::now();
+    /// Latency metrics for the tokens a step committed at `now`.
+    fn observe_tokens(&mut self, now: Instant, generated: usize) {
         let labels = self.labels();
         match self.last_token {
             None if generated > 0 => {
@@ -347,10 +350,12 @@ impl StreamHandler<Event> for RequestActor {
         let outgoing = match event {
             Event::Text {
                 text,
-                generated,
                 logprobs,
+                steps,
             } => {
-                self.observe_tokens(generated);
+                for (at, generated) in steps {
+                    self.observe_tokens(at, generated);
+                }
                 Outgoing::Text(text, logprobs)
             }
             Event::Done(summary) => {

@@ -63,6 +63,7 @@ pub fn prepare(
         speculation: r.speculation,
         prediction,
         logprobs: r.logprobs,
+        stream: r.stream,
     })
 }
 

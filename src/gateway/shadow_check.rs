@@ -43,6 +43,7 @@ pub fn launch(engine: &EngineHandle, router: Addr<Router>, job: ShadowJob) {
         events: tx,
         shadow: true,
         logprobs: None,
+        stream: false,
     };
     if engine.submit(sub).is_err() {
         metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);
