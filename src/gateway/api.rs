@@ -20,6 +20,15 @@ pub enum StopField {
     Many(Vec<String>),
 }
 
+/// `logprobs` as the document shows it: chat takes a boolean, the completions endpoint an
+/// integer 0–5 (the body keeps the raw value, checked per endpoint).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum LogprobsField {
+    Flag(bool),
+    Count(u8),
+}
+
 /// A message's content: a string or a list of text parts.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
@@ -215,7 +224,7 @@ pub struct CommonFields {
     /// Chat: true reports each generated token's log-probability (the target's, before
     /// temperature and truncation). Completions: an integer 0–5, the alternatives to report
     /// with it.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<LogprobsField>)]
     pub logprobs: Option<serde_json::Value>,
     /// The workload class (else the `X-Workload` header, else a heuristic).
     #[schema(pattern = "^(code_edit|rag|creative|chat)$")]
