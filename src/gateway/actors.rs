@@ -319,8 +319,8 @@ impl RequestActor {
         l
     }
 
-    /// Latency metrics for a piece of output that brought the total to `generated`.
-    /// Latency metrics for the tokens a step committed at `now`.
+    /// Latency metrics for a step that committed at `now` and brought the total to
+    /// `generated`.
     fn observe_tokens(&mut self, now: Instant, generated: usize) {
         let labels = self.labels();
         match self.last_token {
