@@ -5,6 +5,7 @@
 //! and the likeliest alternatives. A speculative round's rows are the target's own, computed
 //! with the same bits as plain decoding's, so speculation does not change them.
 
+use specgate_strategies::top_n::top_logits;
 use specgate_strategies::TokenId;
 
 /// The most alternatives a request may ask for (OpenAI's limit for chat).
@@ -52,25 +53,6 @@ fn normaliser(row: &[f32]) -> (f32, f64) {
         max,
         specgate_kernels::vexp::exp_sub_sum(&mut scratch, max).ln(),
     )
-}
-
-/// The `n` largest logits with their ids, largest first, lower ids first among equals.
-fn top_logits(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
-    let better = |a: &(TokenId, f32), b: &(TokenId, f32)| a.1 > b.1 || (a.1 == b.1 && a.0 < b.0);
-    let mut best: Vec<(TokenId, f32)> = Vec::with_capacity(n + 1);
-    if n == 0 {
-        return best;
-    }
-    for (id, &x) in row.iter().enumerate() {
-        let c = (id as TokenId, x);
-        if best.len() == n && !better(&c, &best[n - 1]) {
-            continue;
-        }
-        let at = best.partition_point(|b| better(b, &c));
-        best.insert(at, c);
-        best.truncate(n);
-    }
-    best
 }
 
 #[cfg(test)]

@@ -14,6 +14,19 @@ pub fn top_n(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
 /// `top_n` of the softmax at `temperature` (> 0): the same tokens in the same order, their
 /// probabilities sharper below 1 and flatter above.
 pub fn top_n_at(row: &[f32], n: usize, temperature: f32) -> Vec<(TokenId, f32)> {
+    let best = top_logits(row, n);
+    let Some(&(_, max)) = best.first() else {
+        return Vec::new();
+    };
+    let inv_t = 1.0 / temperature;
+    let sum = exp_sum(row, max, inv_t);
+    best.into_iter()
+        .map(|(i, x)| (i, fast_exp((x - max) * inv_t) / sum))
+        .collect()
+}
+
+/// The `n` largest logits of `row` with their ids, largest first (ties: the lower id first).
+pub fn top_logits(row: &[f32], n: usize) -> Vec<(TokenId, f32)> {
     let mut best: Vec<(usize, f32)> = Vec::with_capacity(n + 1);
     // Below `floor` a logit cannot enter a full list; whole chunks under it are skipped on
     // their maximum, which vectorises.
@@ -34,14 +47,7 @@ pub fn top_n_at(row: &[f32], n: usize, temperature: f32) -> Vec<(TokenId, f32)> 
             }
         }
     }
-    let Some(&(_, max)) = best.first() else {
-        return Vec::new();
-    };
-    let inv_t = 1.0 / temperature;
-    let sum = exp_sum(row, max, inv_t);
-    best.into_iter()
-        .map(|(i, x)| (i as TokenId, fast_exp((x - max) * inv_t) / sum))
-        .collect()
+    best.into_iter().map(|(i, x)| (i as TokenId, x)).collect()
 }
 
 /// Σ exp((x − max)·inv_t) over `row`, in independent lanes so the compiler vectorises it.
