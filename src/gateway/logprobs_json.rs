@@ -15,9 +15,8 @@ use crate::tokenizer::Tokenizer;
 pub struct Renderer {
     tok: Arc<Tokenizer>,
     endpoint: Endpoint,
-    /// Completions: the bytes of the answer's tokens so far (text offsets count its
-    /// characters).
-    answer: Vec<u8>,
+    /// Completions: where the next token's text starts, in characters.
+    offset: TextOffset,
 }
 
 impl Renderer {
@@ -25,7 +24,7 @@ impl Renderer {
         Self {
             tok,
             endpoint,
-            answer: Vec::new(),
+            offset: TextOffset::default(),
         }
     }
 
@@ -33,18 +32,52 @@ impl Renderer {
     pub fn render(&mut self, entries: &[TokenLogprob]) -> Value {
         match self.endpoint {
             Endpoint::Chat => chat(&self.tok, entries),
-            Endpoint::Completion => completion(&self.tok, entries, &mut self.answer),
+            Endpoint::Completion => completion(&self.tok, entries, &mut self.offset),
         }
     }
 }
 
-/// Whole characters in `bytes` (a character split across tokens counts once it is whole).
-fn chars(bytes: &[u8]) -> usize {
-    let valid = match std::str::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
-    };
-    valid.chars().count()
+/// Characters of an answer whose token bytes arrive one token at a time, counted as the
+/// answer's text shows them: a character split across tokens counts once it is whole, and
+/// each invalid sequence as one replacement character. Only an unfinished character's bytes
+/// are kept, so counting costs the new bytes alone.
+#[derive(Debug, Default)]
+pub struct TextOffset {
+    chars: usize,
+    partial: Vec<u8>,
+}
+
+impl TextOffset {
+    /// Characters complete so far.
+    pub fn chars(&self) -> usize {
+        self.chars
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        let mut rest: &[u8] = &self.partial;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    self.chars += s.chars().count();
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    self.chars += std::str::from_utf8(valid).map_or(0, |s| s.chars().count());
+                    let Some(bad) = e.error_len() else {
+                        rest = after; // an unfinished character: wait for its bytes
+                        break;
+                    };
+                    self.chars += 1;
+                    rest = &after[bad..];
+                }
+            }
+        }
+        let keep = rest.len();
+        self.partial.drain(..self.partial.len() - keep);
+    }
 }
 
 /// A token's text (lossy where it holds part of a character; `bytes` has them all).
@@ -77,16 +110,16 @@ pub fn chat(tok: &Tokenizer, entries: &[TokenLogprob]) -> Value {
 }
 
 /// The completions endpoint's `logprobs` object for `entries`, which follow the tokens
-/// whose bytes are `answer` (extended by theirs). `top_logprobs` holds the chosen token too,
-/// as OpenAI's does (up to n + 1 entries); it is a JSON object, so its keys come out in name
-/// order, and alternatives whose text is the same (parts of characters) share one key.
-pub fn completion(tok: &Tokenizer, entries: &[TokenLogprob], answer: &mut Vec<u8>) -> Value {
+/// counted by `offset` (advanced past theirs). `top_logprobs` holds the chosen token too,
+/// as OpenAI's does (up to n + 1 entries), likeliest first. It is a JSON object, so
+/// alternatives whose text is the same (parts of characters) share one key.
+pub fn completion(tok: &Tokenizer, entries: &[TokenLogprob], offset: &mut TextOffset) -> Value {
     let (mut tokens, mut logprobs, mut tops, mut offsets) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for e in entries {
         let (token, bytes) = text(tok, e.token);
-        offsets.push(chars(answer));
-        answer.extend_from_slice(&bytes);
+        offsets.push(offset.chars());
+        offset.push(&bytes);
         let mut top: Map<String, Value> = e
             .top
             .iter()
@@ -103,4 +136,35 @@ pub fn completion(tok: &Tokenizer, entries: &[TokenLogprob], answer: &mut Vec<u8
         "top_logprobs": tops,
         "text_offset": offsets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TextOffset;
+
+    /// What the whole answer's text shows, counted the slow way.
+    fn lossy_chars(bytes: &[u8]) -> usize {
+        String::from_utf8_lossy(bytes).chars().count()
+    }
+
+    #[test]
+    fn offsets_count_characters_as_the_answer_shows_them() {
+        // "aé€😀", a lone continuation byte, an overlong lead, then "z", fed in every split.
+        let answer: Vec<u8> = ["aé€😀".as_bytes(), &[0x80], &[0xC0, 0xAF], "z".as_bytes()].concat();
+        for cut in 1..answer.len() {
+            let mut offset = TextOffset::default();
+            let mut seen = Vec::new();
+            for piece in answer.chunks(cut) {
+                seen.extend_from_slice(piece);
+                offset.push(piece);
+                // Complete characters only: an unfinished one is not counted yet.
+                let whole = match std::str::from_utf8(&seen) {
+                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                    _ => seen.len(),
+                };
+                assert_eq!(offset.chars(), lossy_chars(&seen[..whole]), "cut {cut}");
+            }
+            assert_eq!(offset.chars(), lossy_chars(&answer), "cut {cut}");
+        }
+    }
 }

@@ -63,10 +63,11 @@ impl ChatRequest {
             };
             out.push(ChatMessage { role, content });
         }
-        let logprobs = chat_logprobs(self.common.logprobs.as_ref(), self.top_logprobs)?;
+        // The shared fields (model first) are checked before the endpoint's logprobs.
+        let logprobs = self.common.logprobs.clone();
         let mut req = self.common.validate(limits, workload_header)?;
         req.messages = Some(out);
-        req.logprobs = logprobs;
+        req.logprobs = chat_logprobs(logprobs.as_ref(), self.top_logprobs)?;
         Ok(req)
     }
 }
@@ -109,10 +110,10 @@ impl CompletionRequest {
                 "`suffix` is not supported",
             ));
         }
-        let logprobs = completion_logprobs(self.common.logprobs.as_ref())?;
+        let logprobs = self.common.logprobs.clone();
         let mut req = self.common.validate(limits, workload_header)?;
         req.prompt = Some(prompt);
-        req.logprobs = logprobs;
+        req.logprobs = completion_logprobs(logprobs.as_ref())?;
         Ok(req)
     }
 }
