@@ -51,24 +51,22 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
     out.s.resize(n, 0.0);
     out.sums16.resize(2 * n, 0);
     out.qs.resize(n * QK, 0);
-    let each = xs[..rows * dim]
+    let xs = &xs[..rows * dim];
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is only true when the CPU has AVX2 and F16C; the buffers were sized
+        // above for `n` blocks.
+        unsafe { x86::quantize_blocks(xs, out) };
+        return;
+    }
+    let _ = simd;
+    let each = xs
         .chunks_exact(QK)
         .zip(out.qs.chunks_exact_mut(QK))
         .zip(out.d.iter_mut().zip(&mut out.s))
         .zip(out.sums16.chunks_exact_mut(2));
     for (((block, qs), (d_out, s_out)), halves) in each {
-        #[cfg(target_arch = "x86_64")]
-        let (amax, first, sum) = if simd {
-            // SAFETY: `simd` is only true when the CPU has AVX2; both slices hold 32 values.
-            unsafe { x86::quantize_block(block, qs) }
-        } else {
-            quantize_block(block, qs)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let (amax, first, sum) = {
-            let _ = simd;
-            quantize_block(block, qs)
-        };
+        let (amax, first, sum) = quantize_block(block, qs);
         let d = amax / 127.0;
         *d_out = f16::from_f32(d).to_f32();
         *s_out = f16::from_f32(d * sum as f32).to_f32();
@@ -94,12 +92,37 @@ fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32, i32) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::{Q8Batch, QK};
     use std::arch::x86_64::*;
 
+    /// Every block of `xs` into `out` (sized for them), in one function so the block code
+    /// and the f16 roundings (F16C, round to nearest even as `half` does) inline: through a
+    /// call per block and per rounding it cost 10.7 ns a block.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn quantize_blocks(xs: &[f32], out: &mut Q8Batch) {
+        let round = |x: f32| {
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x));
+            _mm_cvtss_f32(_mm_cvtph_ps(h))
+        };
+        for (i, (block, qs)) in xs
+            .chunks_exact(QK)
+            .zip(out.qs.chunks_exact_mut(QK))
+            .enumerate()
+        {
+            let (amax, first, sum) = quantize_block(block, qs);
+            let d = amax / 127.0;
+            out.d[i] = round(d);
+            out.s[i] = round(d * sum as f32);
+            out.sums16[2 * i] = first;
+            out.sums16[2 * i + 1] = sum - first;
+        }
+    }
+
     /// ggml's AVX2 `quantize_row_q8_1` for one block; the same bits as `quantize_block`
-    /// (max is exact in any order; the product, rounding and sum are per element).
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32, i32) {
+    /// (max is exact in any order; the product, rounding and sum are per element). Inlined
+    /// into [`quantize_blocks`], whose features it runs under.
+    #[inline(always)]
+    unsafe fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32, i32) {
         let sign = _mm256_set1_ps(-0.0);
         let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(block.as_ptr().add(8 * i)));
         let abs = |x| _mm256_andnot_ps(sign, x);
