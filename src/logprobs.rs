@@ -5,6 +5,8 @@
 //! and the likeliest alternatives. A speculative round's rows are the target's own, computed
 //! with the same bits as plain decoding's, so speculation does not change them.
 
+use std::collections::VecDeque;
+
 use specgate_strategies::top_n::top_logits;
 use specgate_strategies::TokenId;
 
@@ -60,6 +62,81 @@ fn normaliser(row: &[f32]) -> (f32, f64) {
         })
         .sum();
     (max, sum.ln())
+}
+
+/// Generated tokens' log-probabilities, handed out with their text: an entry leaves once
+/// the text released to the client covers its token's (a token whose text is held back, by a
+/// possible stop string or an unfinished character, is reported in the chunk that shows it).
+/// After [`LogprobQueue::release_all`] (the sequence ended) every entry leaves, including
+/// the token that completed a stop string, whose text is cut.
+#[derive(Debug, Default)]
+pub struct LogprobQueue {
+    /// Alternatives per entry.
+    top: usize,
+    /// Bytes of decoded text so far.
+    produced: usize,
+    /// Per kept token not handed out, in order: where its text ends in the decoded text
+    /// (None until its character is whole).
+    ends: VecDeque<Option<usize>>,
+    /// Their entries, recorded after the tokens are committed (a prefix of `ends`).
+    entries: VecDeque<TokenLogprob>,
+    all_released: bool,
+}
+
+impl LogprobQueue {
+    pub fn new(top: usize) -> Self {
+        Self {
+            top,
+            ..Self::default()
+        }
+    }
+
+    /// Alternatives asked for per token.
+    pub fn top(&self) -> usize {
+        self.top
+    }
+
+    /// A kept token was committed; `piece`: the bytes of text it completed (None while its
+    /// character is unfinished). Tokens waiting on a character end where it ends.
+    pub fn committed(&mut self, piece: Option<usize>) {
+        let end = piece.map(|bytes| {
+            self.produced += bytes;
+            self.produced
+        });
+        if end.is_some() {
+            for e in self.ends.iter_mut().rev().take_while(|e| e.is_none()) {
+                *e = end;
+            }
+        }
+        self.ends.push_back(end);
+    }
+
+    /// The entry of the oldest committed token without one.
+    pub fn record(&mut self, entry: TokenLogprob) {
+        debug_assert!(
+            self.entries.len() < self.ends.len(),
+            "entry without a token"
+        );
+        self.entries.push_back(entry);
+    }
+
+    pub fn release_all(&mut self) {
+        self.all_released = true;
+    }
+
+    /// The entries whose text lies within the first `released` bytes of decoded text.
+    pub fn take(&mut self, released: usize) -> Vec<TokenLogprob> {
+        let mut out = Vec::new();
+        while !self.entries.is_empty() {
+            let shown = self.all_released || self.ends[0].is_some_and(|end| end <= released);
+            if !shown {
+                break;
+            }
+            self.ends.pop_front();
+            out.extend(self.entries.pop_front());
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -133,5 +210,54 @@ mod tests {
             let want: Vec<TokenId> = all[..20].iter().map(|t| t.0).collect();
             assert_eq!(ids, want);
         }
+    }
+
+    fn entry(token: TokenId) -> TokenLogprob {
+        TokenLogprob {
+            token,
+            logprob: -1.0,
+            top: Vec::new(),
+        }
+    }
+
+    fn ids(v: &[TokenLogprob]) -> Vec<TokenId> {
+        v.iter().map(|e| e.token).collect()
+    }
+
+    #[test]
+    fn entries_leave_with_the_text_that_shows_their_tokens() {
+        let mut q = LogprobQueue::new(0);
+        // Token 1 "ab" (2 bytes), token 2 half of "é", token 3 completes it (2 bytes).
+        for (t, piece) in [(1, Some(2)), (2, None), (3, Some(2))] {
+            q.committed(piece);
+            q.record(entry(t));
+        }
+        assert!(q.take(0).is_empty(), "nothing released yet");
+        assert_eq!(ids(&q.take(2)), vec![1]);
+        assert!(q.take(3).is_empty(), "half a character is not shown");
+        assert_eq!(
+            ids(&q.take(4)),
+            vec![2, 3],
+            "the character's tokens leave together"
+        );
+        // A token whose text a stop string cuts leaves only when the sequence ends.
+        q.committed(Some(3));
+        q.record(entry(4));
+        assert!(q.take(4).is_empty());
+        q.release_all();
+        assert_eq!(ids(&q.take(4)), vec![4]);
+    }
+
+    #[test]
+    fn entries_recorded_after_their_commit_still_wait_for_their_text() {
+        let mut q = LogprobQueue::new(0);
+        q.committed(None);
+        q.committed(None);
+        q.record(entry(1));
+        assert!(q.take(100).is_empty(), "its character is not whole yet");
+        q.record(entry(2));
+        q.committed(Some(4));
+        q.record(entry(3));
+        assert_eq!(ids(&q.take(4)), vec![1, 2, 3]);
     }
 }

@@ -16,7 +16,7 @@ use specgate_strategies::{
 };
 
 use crate::generate::{GenerateError, GenerateParams};
-use crate::logprobs::{token_logprob, TokenLogprob};
+use crate::logprobs::{token_logprob, LogprobQueue, TokenLogprob};
 use crate::model::{Model, SeqId};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -57,9 +57,8 @@ pub struct SequenceState {
     /// Final hidden state of the row that produced the pending token, when the caller ran
     /// the target with hidden states ([hidden]; Medusa drafts from it).
     hidden: Option<Vec<f32>>,
-    /// Log-probabilities (with this many alternatives) of the generated tokens not yet
-    /// handed out by `take_logprobs`, when asked for.
-    logprobs: Option<(usize, Vec<TokenLogprob>)>,
+    /// Log-probabilities of the generated tokens not yet handed out, when asked for.
+    logprobs: Option<LogprobQueue>,
 }
 
 impl SequenceState {
@@ -89,14 +88,16 @@ impl SequenceState {
 
     /// Record every generated token's log-probability and its `top` likeliest alternatives'.
     pub fn track_logprobs(&mut self, top: usize) {
-        self.logprobs = Some((top, Vec::new()));
+        self.logprobs = Some(LogprobQueue::new(top));
     }
 
-    /// The log-probabilities recorded since the last call (none when not tracked).
+    /// The log-probabilities not handed out yet of the tokens whose text has been released
+    /// (all of them once the sequence is finished; none when not tracked).
     pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        let released = self.text.len();
         self.logprobs
             .as_mut()
-            .map(|(_, new)| std::mem::take(new))
+            .map(|q| q.take(released))
             .unwrap_or_default()
     }
 
@@ -111,8 +112,10 @@ impl SequenceState {
         row: impl Fn(usize) -> &'r [f32],
     ) {
         let kept = self.ids.len() - before;
-        if let Some((top, all)) = self.logprobs.as_mut() {
-            all.extend((0..kept).map(|j| token_logprob(row(j), tokens[j], *top)));
+        if let Some(q) = self.logprobs.as_mut() {
+            for (j, &t) in tokens.iter().enumerate().take(kept) {
+                q.record(token_logprob(row(j), t, q.top()));
+            }
         }
     }
 
@@ -314,7 +317,11 @@ impl SequenceState {
                 break;
             }
             self.ids.push(t);
-            if let Some(piece) = self.stream.push(tok, t)? {
+            let piece = self.stream.push(tok, t)?;
+            if let Some(q) = self.logprobs.as_mut() {
+                q.committed(piece.as_ref().map(String::len));
+            }
+            if let Some(piece) = piece {
                 released += &self.stops.push(&piece);
             }
             if self.stops.stopped() {
@@ -340,6 +347,9 @@ impl SequenceState {
             tail += &self.stops.finish();
         }
         self.text += &tail;
+        if let Some(q) = self.logprobs.as_mut() {
+            q.release_all();
+        }
         self.finish.get_or_insert(FinishReason::Length);
         guarded(&mut self.stats, || drafter.finish());
         Ok(tail)

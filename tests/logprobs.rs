@@ -95,6 +95,45 @@ fn chat_logprobs_spell_the_answer_and_speculation_does_not_change_them() {
 }
 
 #[test]
+fn streamed_entries_arrive_with_the_text_of_their_tokens() {
+    let s = Server::start(&[]);
+    let key = s.tenant("acme");
+    // A stop string whose start is common in code: text after each newline is held back
+    // while it could still be the stop string, and its tokens' entries must wait with it.
+    let extra = json!({"logprobs": true, "stream": true, "temperature": 0,
+                       "stop": ["\n    return None  # unreachable"],
+                       "speculation": {"enabled": false}});
+    let body = s.chat_body(&code_edit_prompt(), TOKENS, extra);
+    let r = s.stream("/v1/chat/completions", &key, &body);
+    let (mut text, mut spelled, mut held_back) = (Vec::new(), Vec::new(), 0);
+    let last = r.pieces.len().saturating_sub(1);
+    for (i, (piece, entries)) in r.pieces.iter().enumerate() {
+        text.extend_from_slice(piece.as_bytes());
+        spelled.extend_from_slice(entries);
+        if i == last {
+            break; // the finish chunk: every entry left is sent
+        }
+        // Entries never run ahead of the text: what is shown without its entry yet is part
+        // of one token still being held.
+        assert!(
+            text.starts_with(&spelled),
+            "chunk {i}: entries {:?} ahead of text {:?}",
+            String::from_utf8_lossy(&spelled),
+            String::from_utf8_lossy(&text)
+        );
+        held_back += usize::from(text.len() > spelled.len());
+    }
+    assert_eq!(spelled, text, "in the end the entries spell the answer");
+    let newlines = r.text.matches('\n').count();
+    assert!(
+        newlines >= 3,
+        "the answer must hold back text for the check to bite: {:?}",
+        r.text
+    );
+    eprintln!("{newlines} newlines, {held_back} chunks with text ahead of its entry");
+}
+
+#[test]
 fn completions_logprobs_are_parallel_lists_and_bad_values_are_refused() {
     let s = Server::start(&[]);
     let key = s.tenant("acme");

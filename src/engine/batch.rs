@@ -390,10 +390,13 @@ impl Engine {
                 return true;
             }
         };
-        if !tail.is_empty() {
+        // The tail carries the log-probabilities still held (text held to the end, or cut by
+        // a stop string).
+        let logprobs = l.state.take_logprobs();
+        if !tail.is_empty() || !logprobs.is_empty() {
             let _ = l.sub.events.send(Event::Text {
                 text: tail,
-                logprobs: Vec::new(),
+                logprobs,
                 steps: Vec::new(),
             });
         }

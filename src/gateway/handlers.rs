@@ -295,8 +295,9 @@ fn sse_stream(
         // Held as long as the stream: dropped at its end or when the client goes away.
         ticket: Ticket,
         logprobs: Option<Renderer>,
-        // Log-probabilities not sent yet: they go with the next chunk that carries text (or
-        // the finish chunk), so a token whose text is held back is reported a chunk late.
+        // Log-probabilities not sent yet: the engine sends a token's entry with its text,
+        // so these are only entries on a text-less event (the tokens a stop string cut);
+        // they go with the next chunk that carries text, or the finish chunk.
         held: Vec<TokenLogprob>,
     }
     impl S {
