@@ -11,6 +11,7 @@ pub mod bench_spec;
 pub mod chat;
 pub mod clock;
 pub mod draft_vocab;
+mod drafter_guard;
 pub mod engine;
 pub mod faults;
 pub mod fetch;
