@@ -29,6 +29,7 @@ pub struct ModelDrafter {
     name: &'static str,
     model: SharedModel,
     seq: SeqId,
+    kv_bytes_per_token: usize,
     fed: Vec<TokenId>, // tokens in the draft model's cache
     catch_up_chunk: usize,
     /// A catch-up is under way: each commit takes the next chunk in, drafting or not (the
@@ -107,11 +108,15 @@ impl ModelDrafter {
     /// A drafter with its own sequence in a shared draft model; the sequence is released
     /// when the drafter is dropped.
     pub fn for_sequence(name: &'static str, model: SharedModel, seed: u64) -> Self {
-        let seq = lock_model(&model).new_sequence();
+        let (seq, kv_bytes_per_token) = {
+            let mut m = lock_model(&model);
+            (m.new_sequence(), m.config().kv_bytes_per_token())
+        };
         Self {
             name,
             model,
             seq,
+            kv_bytes_per_token,
             fed: Vec::new(),
             catch_up_chunk: CATCH_UP_CHUNK,
             catching_up: false,
@@ -166,6 +171,10 @@ fn lock_model(model: &SharedModel) -> MutexGuard<'_, Model> {
 impl Drafter for ModelDrafter {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn kv_bytes_per_token(&self) -> usize {
+        self.kv_bytes_per_token
     }
 
     fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {

@@ -234,3 +234,42 @@ fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
         Err(SubmitError::TooLarge { .. })
     ));
 }
+
+#[test]
+fn a_draft_models_cache_counts_against_the_kv_budget() {
+    let (dir, lm) = tiny_model();
+    let per_token = lm.model.config().kv_bytes_per_token();
+    let drafter = || {
+        specgate::model_drafter::ModelDrafter::separate(
+            &dir.path().join("tiny.gguf"),
+            &lm.tokenizer,
+            0,
+        )
+        .expect("the tiny model drafts for itself")
+    };
+    assert_eq!(
+        specgate_strategies::Drafter::kv_bytes_per_token(&drafter()),
+        per_token,
+        "the draft model is the same tiny model"
+    );
+    // Room for one request's tokens in the target's cache, not in both caches.
+    let (prompt, max_tokens) = (vec![3, 4, 5], 60);
+    let tokens = prompt.len() + max_tokens + 1;
+    let engine = EngineHandle::start(
+        tiny_model().1,
+        EngineConfig {
+            kv_budget_bytes: tokens * per_token + per_token / 2,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let (plain, mut rx) = submission(&engine, prompt.clone(), max_tokens, false);
+    engine.submit(plain).expect("fits the target's cache alone");
+    collect(&mut rx);
+    let (mut drafted, _rx) = submission(&engine, prompt, max_tokens, false);
+    drafted.drafter = Box::new(drafter());
+    match engine.submit(drafted) {
+        Err(SubmitError::TooLarge { needed, .. }) => assert_eq!(needed, 2 * tokens * per_token),
+        other => panic!("expected TooLarge, got {:?}", other.map(|_| ())),
+    }
+}

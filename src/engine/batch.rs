@@ -292,10 +292,7 @@ impl Engine {
     }
 
     fn reservation(&self, sub: &Submission) -> usize {
-        let cfg = self.lm.model.config();
-        let per_token = cfg.n_layers * cfg.kv_width() * 2 * 2;
-        // A round appends at most k drafts, chain or tree, before rolling back.
-        (sub.prompt.len() + sub.params.max_tokens + sub.plan.k + 1) * per_token
+        super::kv_reservation(sub, self.lm.model.config().kv_bytes_per_token())
     }
 
     /// Seed the step-cost fit with this machine's own timings before serving. Without them

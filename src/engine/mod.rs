@@ -180,6 +180,14 @@ pub fn load_of(busy: usize, slots: usize) -> Load {
     }
 }
 
+/// KV bytes a request reserves: its prompt, its output and one round of drafts (a round
+/// appends at most k drafts, chain or tree, before rolling back), in the target's cache
+/// (`target_per_token`) and in its drafter's, if it keeps one (a draft model).
+pub fn kv_reservation(sub: &Submission, target_per_token: usize) -> usize {
+    let tokens = sub.prompt.len() + sub.params.max_tokens + sub.plan.k + 1;
+    tokens * (target_per_token + sub.drafter.kv_bytes_per_token())
+}
+
 /// A cheap, cloneable way to talk to the engine thread.
 #[derive(Clone)]
 pub struct EngineHandle {
@@ -198,7 +206,7 @@ impl EngineHandle {
         let status = Arc::new(EngineStatus::default());
         status.alive.store(true, Ordering::SeqCst);
         let cfg = lm.model.config();
-        let kv_bytes_per_token = cfg.n_layers * cfg.kv_width() * 2 * 2; // K and V, f16
+        let kv_bytes_per_token = cfg.kv_bytes_per_token();
         let context_length = cfg.context_length;
         let config = Arc::new(config);
         let engine = Engine::new(lm, Arc::clone(&config), Arc::clone(&status), rx);
@@ -250,9 +258,9 @@ impl EngineHandle {
         load_of(busy, self.config.max_sequences)
     }
 
-    /// KV bytes a request reserves: its prompt, its output and one round of drafts.
-    pub fn kv_reservation(&self, prompt: usize, max_tokens: usize, k: usize) -> usize {
-        (prompt + max_tokens + k + 1) * self.kv_bytes_per_token
+    /// KV bytes a request reserves (see [`kv_reservation`]).
+    pub fn kv_reservation(&self, sub: &Submission) -> usize {
+        kv_reservation(sub, self.kv_bytes_per_token)
     }
 
     /// Whether the engine has room to spare: nothing waiting and at most half the slots
@@ -267,7 +275,7 @@ impl EngineHandle {
         if !self.is_alive() {
             return Err(SubmitError::EngineDown);
         }
-        let needed = self.kv_reservation(sub.prompt.len(), sub.params.max_tokens, sub.plan.k);
+        let needed = self.kv_reservation(&sub);
         if needed > self.config.kv_budget_bytes {
             return Err(SubmitError::TooLarge {
                 needed,

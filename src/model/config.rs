@@ -127,6 +127,11 @@ impl ModelConfig {
     pub fn kv_width(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
+
+    /// Bytes a sequence's cache holds per token: keys and values, f16, every layer.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        self.n_layers * self.kv_width() * 2 * 2
+    }
 }
 
 #[cfg(test)]

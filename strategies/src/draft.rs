@@ -116,6 +116,12 @@ pub trait Drafter {
     /// The sequence ended; a drafter that learns from finished text (suffix) records it here.
     fn finish(&mut self) {}
 
+    /// Bytes of cache the drafter keeps per token of its sequence (a draft model's keys and
+    /// values), so the engine's KV budget counts them beside the target's.
+    fn kv_bytes_per_token(&self) -> usize {
+        0
+    }
+
     /// What this drafter measured on earlier sequences, if it keeps such a record.
     fn track_record(&self) -> Option<TrackRecord> {
         None

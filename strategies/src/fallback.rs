@@ -70,6 +70,10 @@ impl Drafter for FallbackDrafter {
         self.primary.finish();
         self.fallback.finish();
     }
+
+    fn kv_bytes_per_token(&self) -> usize {
+        self.primary.kv_bytes_per_token() + self.fallback.kv_bytes_per_token()
+    }
 }
 
 #[cfg(test)]

@@ -175,6 +175,10 @@ impl Drafter for PredictionDrafter {
     fn track_record(&self) -> Option<TrackRecord> {
         self.inner.track_record()
     }
+
+    fn kv_bytes_per_token(&self) -> usize {
+        self.inner.kv_bytes_per_token()
+    }
 }
 
 #[cfg(test)]
