@@ -80,8 +80,21 @@ pub struct Sample {
     pub speculative: Value,
 }
 
+/// A failed call, with the server's own error message when it sent one (a 403 says which
+/// policy refused what).
 fn http_err(e: ureq::Error) -> LoadgenError {
-    LoadgenError::Http(e.to_string())
+    match e {
+        ureq::Error::Status(code, resp) => {
+            let url = resp.get_url().to_string();
+            let body = resp.into_string().unwrap_or_default();
+            let why = serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+                .unwrap_or(body);
+            LoadgenError::Http(format!("{url}: status {code}: {why}"))
+        }
+        e => LoadgenError::Http(e.to_string()),
+    }
 }
 
 /// The served model's id, from /v1/models.
