@@ -99,6 +99,14 @@ impl Drafter for FailingDrafter {
         self.inner.finish();
     }
 
+    fn kv_bytes_per_token(&self) -> usize {
+        self.inner.kv_bytes_per_token()
+    }
+
+    fn prediction_tokens(&self) -> Option<specgate_strategies::prediction::PredictionTokens> {
+        self.inner.prediction_tokens()
+    }
+
     fn track_record(&self) -> Option<TrackRecord> {
         // The first of every n: a request looks its drafter's record up once, at its start.
         self.lookups.set(self.lookups.get() + 1);

@@ -345,9 +345,9 @@ pub fn loadgen(
         // client alternates them per request.
         let mut runs: [ModeRun; 2] = Default::default();
         if c > 1 {
-            // Unmeasured: the first run at a level grows the engine's memory to that many
-            // sequences (KV caches, batch buffers); measured, that cost would fall on
-            // whichever mode ran first.
+            // Unmeasured: the first run at a level grows the target's KV caches and batch
+            // buffers to that many sequences; measured, that cost would fall on whichever
+            // mode ran first.
             let key = key_for(c, 0, "settle")?;
             run_level(cfg, &key, &model, &mix, c, c, false);
         }
@@ -356,7 +356,8 @@ pub fn loadgen(
             let got = if c == 1 {
                 run_paired(cfg, [&keys[0], &keys[1]], &model, &mix, n)
             } else {
-                // On-off, then off-on (ABBA): drift over the repeats hits both modes alike.
+                // On-off, then off-on (ABBA): drift over the repeats hits both modes alike
+                // (fully so with an even --repeats; an odd one's last runs on first).
                 // With "on" always first, c = 16 read 0.85-0.91 on/off in runs where not one
                 // token was drafted; a 4-repeat ABBA run read 1.04 while the machine's step
                 // time drifted from 21 to 27 ms.

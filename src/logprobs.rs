@@ -76,7 +76,8 @@ pub struct LogprobQueue {
     /// Bytes of decoded text so far.
     produced: usize,
     /// Per kept token not handed out, in order: where its text ends in the decoded text
-    /// (None until its character is whole).
+    /// (None until its character is whole, or while it has no text of its own yet: it
+    /// ends where the next visible text does).
     ends: VecDeque<Option<usize>>,
     /// Their entries, recorded after the tokens are committed (a prefix of `ends`).
     entries: VecDeque<TokenLogprob>,
@@ -97,7 +98,8 @@ impl LogprobQueue {
     }
 
     /// A kept token was committed; `piece`: the bytes of text it completed (None while its
-    /// character is unfinished). Tokens waiting on a character end where it ends.
+    /// character is unfinished or it decoded to nothing). Tokens waiting end where the next
+    /// piece ends.
     pub fn committed(&mut self, piece: Option<usize>) {
         let end = piece.map(|bytes| {
             self.produced += bytes;

@@ -138,15 +138,6 @@ impl SequenceState {
         self.finish
     }
 
-    /// The acceptance this sequence's drafts have shown: the k controller's decayed estimate,
-    /// or (a fixed k) accepted over judged positions, from an even prior of two positions.
-    pub fn alpha(&self) -> f64 {
-        match &self.controller {
-            Some(c) => c.alpha(),
-            None => (self.stats.accepted as f64 + 1.0) / (self.stats.verified as f64 + 2.0),
-        }
-    }
-
     pub fn is_finished(&self) -> bool {
         self.finish.is_some()
     }

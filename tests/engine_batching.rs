@@ -266,10 +266,24 @@ fn a_draft_models_cache_counts_against_the_kv_budget() {
     let (plain, mut rx) = submission(&engine, prompt.clone(), max_tokens, false);
     engine.submit(plain).expect("fits the target's cache alone");
     collect(&mut rx);
-    let (mut drafted, _rx) = submission(&engine, prompt, max_tokens, false);
+    let (mut drafted, mut rx) = submission(&engine, prompt.clone(), max_tokens, false);
     drafted.drafter = Box::new(drafter());
-    match engine.submit(drafted) {
-        Err(SubmitError::TooLarge { needed, .. }) => assert_eq!(needed, 2 * tokens * per_token),
+    drafted.plan = SpecPlan {
+        strategy: StrategyKind::Draft,
+        k: 0,
+        adaptive: false,
+    };
+    // Both caches do not fit, the target's does: decoded plainly rather than refused.
+    engine
+        .submit(drafted)
+        .expect("runs without its draft model");
+    let (_, summary) = collect(&mut rx);
+    assert_eq!(summary.plan, SpecPlan::PLAIN);
+    // Too large even for the target's cache alone: refused outright.
+    let (mut huge, _rx) = submission(&engine, prompt, max_tokens + 1, false);
+    huge.drafter = Box::new(drafter());
+    match engine.submit(huge) {
+        Err(SubmitError::TooLarge { needed, .. }) => assert_eq!(needed, (tokens + 1) * per_token),
         other => panic!("expected TooLarge, got {:?}", other.map(|_| ())),
     }
 }

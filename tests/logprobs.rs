@@ -100,37 +100,68 @@ fn streamed_entries_arrive_with_the_text_of_their_tokens() {
     let key = s.tenant("acme");
     // A stop string whose start is common in code: text after each newline is held back
     // while it could still be the stop string, and its tokens' entries must wait with it.
-    let extra = json!({"logprobs": true, "stream": true, "temperature": 0,
-                       "stop": ["\n    return None  # unreachable"],
-                       "speculation": {"enabled": false}});
-    let body = s.chat_body(&code_edit_prompt(), TOKENS, extra);
-    let r = s.stream("/v1/chat/completions", &key, &body);
-    let (mut text, mut spelled, mut held_back) = (Vec::new(), Vec::new(), 0);
-    let last = r.pieces.len().saturating_sub(1);
-    for (i, (piece, entries)) in r.pieces.iter().enumerate() {
-        text.extend_from_slice(piece.as_bytes());
-        spelled.extend_from_slice(entries);
-        if i == last {
-            break; // the finish chunk: every entry left is sent
+    for spec in [
+        json!({"enabled": false}),
+        json!({"strategy": "suffix", "k": 6}),
+    ] {
+        let extra = json!({"logprobs": true, "stream": true, "temperature": 0,
+                           "stream_options": {"include_usage": true},
+                           "stop": ["\n    return None  # unreachable"], "speculation": spec});
+        let body = s.chat_body(&code_edit_prompt(), TOKENS, extra);
+        let r = s.stream("/v1/chat/completions", &key, &body);
+        let tokens: Vec<Vec<u8>> = r.logprobs.iter().map(bytes).collect();
+        let (mut text, mut sent) = (Vec::new(), 0);
+        let last = r.pieces.len().saturating_sub(1);
+        for (i, (piece, entries)) in r.pieces.iter().enumerate() {
+            text.extend_from_slice(piece.as_bytes());
+            sent += entries;
+            if i == last {
+                break; // the finish chunk: every entry left is sent
+            }
+            // Entries never run ahead of the text, nor lag it by more than the one token
+            // whose text is still partly held back.
+            let spelled = tokens[..sent].concat();
+            assert!(
+                text.starts_with(&spelled),
+                "{spec}, chunk {i}: entries {:?} ahead of text {:?}",
+                String::from_utf8_lossy(&spelled),
+                String::from_utf8_lossy(&text)
+            );
+            let shown = &text[spelled.len()..];
+            assert!(
+                shown.is_empty()
+                    || tokens
+                        .get(sent)
+                        .is_some_and(|next| next.len() > shown.len() && next.starts_with(shown)),
+                "{spec}, chunk {i}: text {:?} shown without its entries",
+                String::from_utf8_lossy(shown)
+            );
         }
-        // Entries never run ahead of the text: what is shown without its entry yet is part
-        // of one token still being held.
-        assert!(
-            text.starts_with(&spelled),
-            "chunk {i}: entries {:?} ahead of text {:?}",
-            String::from_utf8_lossy(&spelled),
-            String::from_utf8_lossy(&text)
+        assert_eq!(
+            tokens.concat(),
+            text,
+            "{spec}: in the end the entries spell the answer"
         );
-        held_back += usize::from(text.len() > spelled.len());
+        let newlines = r.text.matches('\n').count();
+        assert!(
+            newlines >= 3,
+            "the answer must hold back text for the check to bite: {:?}",
+            r.text
+        );
+        if spec["strategy"] == "suffix" {
+            let accepted = r
+                .usage
+                .as_ref()
+                .map(|u| u["speculative"]["accepted"].clone());
+            assert!(
+                accepted
+                    .as_ref()
+                    .and_then(Value::as_u64)
+                    .is_some_and(|a| a > 0),
+                "rounds must commit several tokens for this run to mean anything: {accepted:?}"
+            );
+        }
     }
-    assert_eq!(spelled, text, "in the end the entries spell the answer");
-    let newlines = r.text.matches('\n').count();
-    assert!(
-        newlines >= 3,
-        "the answer must hold back text for the check to bite: {:?}",
-        r.text
-    );
-    eprintln!("{newlines} newlines, {held_back} chunks with text ahead of its entry");
 }
 
 #[test]

@@ -33,7 +33,8 @@ pub fn quantize_rows(xs: &[f32], dim: usize) -> Q8Batch {
     quantize_rows_with(xs, dim, crate::avx2())
 }
 
-/// [`quantize_rows`] with the SIMD path chosen by the caller (tests compare both).
+/// [`quantize_rows`] with the SIMD path chosen by the caller (tests compare both); asked
+/// for on a CPU without it, the portable path runs.
 pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
     let mut out = Q8Batch::default();
     quantize_rows_into(xs, dim, simd, &mut out);
@@ -53,9 +54,9 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
     out.qs.resize(n * QK, 0);
     let xs = &xs[..rows * dim];
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true when the CPU has AVX2 and F16C; the buffers were sized
-        // above for `n` blocks.
+    if simd && crate::avx2() {
+        // SAFETY: `avx2()` checked AVX2, FMA and F16C; the buffers were sized above for `n`
+        // blocks.
         unsafe { x86::quantize_blocks(xs, out) };
         return;
     }
@@ -189,11 +190,25 @@ mod tests {
             .for_each(|(i, v)| *v = i as f32 + 0.5); // ties
         x[96..128].fill(-1e-30); // tiny
         x[128] = 3.0e38; // huge
+                         // Scales f16 cannot hold as they are: subnormal, past its largest (infinite), and
+                         // exactly halfway between two f16 values (1 + 2^-11: rounds to even, 1.0).
+        x[160..192].iter_mut().for_each(|v| *v *= 1e-5);
+        x[192] = 1.0e7;
+        x[224] = 127.0 * (1.0 + 1.0 / 2048.0);
+        x[225..256].fill(0.5);
         let (a, b) = (
             quantize_rows_with(&x, 256, false),
             quantize_rows_with(&x, 256, true),
         );
-        assert_eq!((a.qs, a.d, a.s), (b.qs, b.d, b.s));
-        assert_eq!(a.sums16, b.sums16);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!((bits(&a.d), bits(&a.s)), (bits(&b.d), bits(&b.s)));
+        assert_eq!((a.qs, a.sums16), (b.qs, b.sums16));
+        assert!(
+            a.d[5] > 0.0 && a.d[5] < 6.2e-5,
+            "subnormal scale: {}",
+            a.d[5]
+        );
+        assert_eq!(a.d[6], f32::INFINITY);
+        assert_eq!(a.d[7], 1.0, "a tie rounds to even");
     }
 }

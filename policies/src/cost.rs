@@ -75,28 +75,6 @@ pub fn value(alpha: f64, k: usize, cost: DraftCost, load: &LoadView) -> f64 {
     tokens / (load.verify_cost(k) + cost.of_round(k))
 }
 
-/// The most drafts one sequence's round should carry (up to `k`) when `load.sequences`
-/// share the step: the k maximising the step's committed tokens per unit of time,
-///
-///   (n − 1 + E(k)) / (n + k·r),   E(k) = (1 − α^(k+1)) / (1 − α),   r = row_cost,
-///
-/// since the step's n tokens take n / r rows' worth of time and k more rows add k. Alone this
-/// is the sequence's own speed-up; in company, a row its own expected tokens do not repay
-/// slows every sequence in the step, so k falls as other sequences fill the batch.
-pub fn k_for_batch(k: usize, alpha: f64, load: &LoadView) -> usize {
-    let n = load.sequences.max(1) as f64;
-    let r = load.row_cost();
-    let alpha = alpha.clamp(0.0, 0.999_999);
-    let rate = |k: usize| {
-        let tokens = (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha);
-        (n - 1.0 + tokens) / (n + k as f64 * r)
-    };
-    (0..=k)
-        .map(|k| (k, rate(k)))
-        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-        .map_or(0, |(k, _)| k)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,32 +130,5 @@ mod tests {
         let costs: Vec<f64> = [1, 2, 4, 16, 64].map(|n| at(n, cpu).row_cost()).to_vec();
         assert!(costs.windows(2).all(|w| w[1] > w[0]), "{costs:?}");
         assert!(costs[4] > 0.9 && costs[4] < 1.0, "{costs:?}");
-    }
-
-    #[test]
-    fn a_rounds_drafts_fall_as_other_sequences_fill_the_step() {
-        // This CPU's fit: 3.5 ms a step plus 0.37 ms a token.
-        let at = |n: usize| LoadView {
-            sequences: n,
-            step: Some((3.5e-3, 0.37e-3)),
-        };
-        let ks: Vec<usize> = [1, 2, 4, 8, 16]
-            .map(|n| k_for_batch(8, 0.6, &at(n)))
-            .to_vec();
-        assert!(ks.windows(2).all(|w| w[0] >= w[1]), "{ks:?}");
-        assert!(ks[0] >= 3, "alone, drafts pay: {ks:?}");
-        assert_eq!(ks[4], 0, "a full batch pays for no row at α = 0.6: {ks:?}");
-        // Four sequences at α = 0.5: k = 4 would make the step slower than the tokens it
-        // adds (measured: 20 rows 15 ms against 4 rows 4.4 ms for ~2 tokens each).
-        assert!(k_for_batch(4, 0.5, &at(4)) <= 1);
-        // Near-certain drafts still pay in company, and nothing is drafted at α = 0.
-        assert!(k_for_batch(8, 0.98, &at(4)) >= 4);
-        assert_eq!(k_for_batch(8, 0.0, &at(2)), 0);
-        // Free rows (an idle GPU): the whole k.
-        let free = LoadView {
-            sequences: 4,
-            step: Some((0.01, 0.0)),
-        };
-        assert_eq!(k_for_batch(6, 0.3, &free), 6);
     }
 }

@@ -11,7 +11,7 @@ pub mod step_costs;
 pub mod workload;
 
 pub use adaptive_k::{expected_speedup, AdaptiveK};
-pub use cost::{k_for_batch, LoadView};
+pub use cost::LoadView;
 pub use learner::{Constraints, Learner, Observation, RouteKey};
 pub use plan::{default_plan, k_under_load, Load, SpecPlan};
 pub use policy::{default_policy, PolicyError, RoutePolicy, ANY_TENANT};

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use specgate_policies::{k_for_batch, k_under_load};
+use specgate_policies::k_under_load;
 
 use super::{Command, EngineConfig, EngineStatus, Event, RequestId, Submission, Summary};
 use crate::generate::GenerateError;
@@ -326,9 +326,7 @@ impl Engine {
             self.config.max_sequences,
         );
         // What a verify row costs in this step: every live sequence's tokens share it.
-        let view = self.status.load_view(self.live.len());
-        let row_cost = view.row_cost() as f32;
-        let shared = self.live.len() > 1;
+        let row_cost = self.status.load_view(self.live.len()).row_cost() as f32;
         metrics::gauge!("specgate_verify_row_cost").set(f64::from(row_cost));
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);
@@ -338,13 +336,8 @@ impl Engine {
             if !decoding || l.state.is_finished() || budget == 0 {
                 continue;
             }
-            let mut k =
+            let k =
                 k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy).min(budget - 1);
-            if shared {
-                // In company, rows this sequence's drafts do not repay slow every sequence
-                // (alone, its own k controller already weighs its rows).
-                k = k_for_batch(k, l.state.alpha(), &view);
-            }
             let round = l
                 .state
                 .propose(&mut *l.sub.drafter, k, Some(row_cost), vocab);

@@ -296,8 +296,9 @@ fn sse_stream(
         ticket: Ticket,
         logprobs: Option<Renderer>,
         // Log-probabilities not sent yet: the engine sends a token's entry with its text,
-        // so these are only entries on a text-less event (the tokens a stop string cut);
-        // they go with the next chunk that carries text, or the finish chunk.
+        // so these are only entries on a text-less event (tokens a stop string cut, or
+        // whose text is empty); they go with the next chunk that carries text, or the
+        // finish chunk.
         held: Vec<TokenLogprob>,
     }
     impl S {

@@ -120,11 +120,11 @@ pub fn completion(tok: &Tokenizer, entries: &[TokenLogprob], offset: &mut TextOf
         let (token, bytes) = text(tok, e.token);
         offsets.push(offset.chars());
         offset.push(&bytes);
-        let mut top: Map<String, Value> = e
-            .top
-            .iter()
-            .map(|&(id, lp)| (text(tok, id).0, json!(lp)))
-            .collect();
+        // Likeliest first; a text two alternatives share keeps the likelier one's value.
+        let mut top = Map::new();
+        for &(id, lp) in &e.top {
+            top.entry(text(tok, id).0).or_insert(json!(lp));
+        }
         top.entry(token.clone()).or_insert(json!(e.logprob));
         tokens.push(token);
         logprobs.push(e.logprob);

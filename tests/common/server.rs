@@ -218,8 +218,8 @@ pub struct StreamResult {
     pub done: bool,
     /// Each chunk's `logprobs.content` entries, in order (chat with `logprobs`).
     pub logprobs: Vec<Value>,
-    /// Per chunk: its text, and the bytes of its `logprobs.content` entries.
-    pub pieces: Vec<(String, Vec<u8>)>,
+    /// Per chunk: its text, and how many `logprobs.content` entries it carried.
+    pub pieces: Vec<(String, usize)>,
 }
 
 /// Read server-sent events until `data: [DONE]`.
@@ -243,16 +243,13 @@ pub fn parse_sse(reader: impl Read) -> StreamResult {
         if let Some(c) = v["choices"].get(0) {
             let piece = c["delta"]["content"].as_str().or(c["text"].as_str());
             out.text += piece.unwrap_or_default();
-            let mut entry_bytes = Vec::new();
+            let mut entries = 0;
             if let Some(lp) = c["logprobs"]["content"].as_array() {
                 out.logprobs.extend(lp.iter().cloned());
-                for e in lp {
-                    let b = e["bytes"].as_array().expect("entry bytes");
-                    entry_bytes.extend(b.iter().map(|x| x.as_u64().expect("byte") as u8));
-                }
+                entries = lp.len();
             }
             out.pieces
-                .push((piece.unwrap_or_default().to_string(), entry_bytes));
+                .push((piece.unwrap_or_default().to_string(), entries));
             if let Some(f) = c["finish_reason"].as_str() {
                 out.finish_reason = Some(f.to_string());
             }
