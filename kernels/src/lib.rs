@@ -28,4 +28,15 @@ pub use qmatmul::{Isa, QuantFormat, QuantMatrix};
 pub(crate) fn avx2() -> bool {
     Isa::detect() >= Isa::Avx2
 }
+
+/// Whether this CPU can run the AVX2/FMA/F16C helpers at all: the `*_with` functions take
+/// the caller's choice of path but never run one the CPU lacks (they are safe to call).
+pub(crate) fn cpu_has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
 pub use quantize::{quantize_rows, Q8Batch};

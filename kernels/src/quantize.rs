@@ -54,8 +54,8 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
     out.qs.resize(n * QK, 0);
     let xs = &xs[..rows * dim];
     #[cfg(target_arch = "x86_64")]
-    if simd && crate::avx2() {
-        // SAFETY: `avx2()` checked AVX2, FMA and F16C; the buffers were sized above for `n`
+    if simd && crate::cpu_has_avx2() {
+        // SAFETY: the CPU has AVX2 and F16C (checked); the buffers were sized above for `n`
         // blocks.
         unsafe { x86::quantize_blocks(xs, out) };
         return;

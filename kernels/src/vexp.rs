@@ -54,11 +54,12 @@ pub fn exp_sub_sum(scores: &mut [f32], max: f32) -> f64 {
     exp_sub_sum_with(scores, max, crate::avx2())
 }
 
-/// [`exp_sub_sum`] with the SIMD path chosen by the caller (tests compare both).
+/// [`exp_sub_sum`] with the SIMD path chosen by the caller (tests compare both), where the
+/// CPU has it.
 pub fn exp_sub_sum_with(scores: &mut [f32], max: f32, simd: bool) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only asked for where the CPU has AVX2 and FMA.
+    if simd && crate::cpu_has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked).
         return unsafe { x86::exp_sub_sum(scores, max) };
     }
     let _ = simd;
@@ -85,14 +86,14 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     swiglu_with(gate, up, out, crate::avx2());
 }
 
-/// [`swiglu`] with the SIMD path chosen by the caller.
+/// [`swiglu`] with the SIMD path chosen by the caller, where the CPU has it.
 pub fn swiglu_with(gate: &[f32], up: &[f32], out: &mut [f32], simd: bool) {
     assert!(
         gate.len() == up.len() && up.len() == out.len(),
         "SwiGLU shapes"
     );
     #[cfg(target_arch = "x86_64")]
-    if simd {
+    if simd && crate::cpu_has_avx2() {
         // SAFETY: as in `exp_sub_sum_with`; the lengths are equal.
         return unsafe { x86::swiglu(gate, up, out) };
     }
