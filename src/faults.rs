@@ -95,16 +95,12 @@ impl Drafter for FailingDrafter {
         self.inner.on_commit(ctx, accepted);
     }
 
-    fn finish(&mut self) {
-        self.inner.finish();
+    fn wrapped(&self) -> Option<&dyn Drafter> {
+        Some(&*self.inner)
     }
 
-    fn kv_bytes_per_token(&self) -> usize {
-        self.inner.kv_bytes_per_token()
-    }
-
-    fn prediction_tokens(&self) -> Option<specgate_strategies::prediction::PredictionTokens> {
-        self.inner.prediction_tokens()
+    fn wrapped_mut(&mut self) -> Option<&mut dyn Drafter> {
+        Some(&mut *self.inner)
     }
 
     fn track_record(&self) -> Option<TrackRecord> {

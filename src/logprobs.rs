@@ -75,13 +75,21 @@ pub struct LogprobQueue {
     top: usize,
     /// Bytes of decoded text so far.
     produced: usize,
-    /// Per kept token not handed out, in order: where its text ends in the decoded text
-    /// (None until its character is whole, or while it has no text of its own yet: it
-    /// ends where the next visible text does).
-    ends: VecDeque<Option<usize>>,
-    /// Their entries, recorded after the tokens are committed (a prefix of `ends`).
-    entries: VecDeque<TokenLogprob>,
+    /// Kept tokens not handed out, in order.
+    slots: VecDeque<Slot>,
+    /// The first `recorded` slots have their entries (entries are recorded in token order).
+    recorded: usize,
     all_released: bool,
+}
+
+/// One kept token waiting to be handed out.
+#[derive(Debug)]
+struct Slot {
+    /// Where its text ends in the decoded text (None until its character is whole, or while
+    /// it has no text of its own yet: it ends where the next visible text does).
+    end: Option<usize>,
+    /// Recorded after the token is committed.
+    entry: Option<TokenLogprob>,
 }
 
 impl LogprobQueue {
@@ -106,20 +114,21 @@ impl LogprobQueue {
             self.produced
         });
         if end.is_some() {
-            for e in self.ends.iter_mut().rev().take_while(|e| e.is_none()) {
-                *e = end;
+            for slot in self.slots.iter_mut().rev().take_while(|s| s.end.is_none()) {
+                slot.end = end;
             }
         }
-        self.ends.push_back(end);
+        self.slots.push_back(Slot { end, entry: None });
     }
 
     /// The entry of the oldest committed token without one.
     pub fn record(&mut self, entry: TokenLogprob) {
-        debug_assert!(
-            self.entries.len() < self.ends.len(),
-            "entry without a token"
-        );
-        self.entries.push_back(entry);
+        let slot = self.slots.get_mut(self.recorded);
+        debug_assert!(slot.is_some(), "entry without a token");
+        if let Some(slot) = slot {
+            slot.entry = Some(entry);
+            self.recorded += 1;
+        }
     }
 
     pub fn release_all(&mut self) {
@@ -129,13 +138,13 @@ impl LogprobQueue {
     /// The entries whose text lies within the first `released` bytes of decoded text.
     pub fn take(&mut self, released: usize) -> Vec<TokenLogprob> {
         let mut out = Vec::new();
-        while !self.entries.is_empty() {
-            let shown = self.all_released || self.ends[0].is_some_and(|end| end <= released);
+        while self.recorded > 0 {
+            let shown = self.all_released || self.slots[0].end.is_some_and(|end| end <= released);
             if !shown {
                 break;
             }
-            self.ends.pop_front();
-            out.extend(self.entries.pop_front());
+            self.recorded -= 1;
+            out.extend(self.slots.pop_front().and_then(|s| s.entry));
         }
         out
     }

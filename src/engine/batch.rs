@@ -259,7 +259,7 @@ impl Engine {
             let Some((sub, _)) = self.waiting.front() else {
                 break;
             };
-            let reserve = self.reservation(sub);
+            let reserve = super::kv_reservation(sub, self.lm.model.config().kv_bytes_per_token());
             if self.reserved + reserve > self.config.kv_budget_bytes && !self.live.is_empty() {
                 break;
             }
@@ -289,10 +289,6 @@ impl Engine {
                 held: Default::default(),
             });
         }
-    }
-
-    fn reservation(&self, sub: &Submission) -> usize {
-        super::kv_reservation(sub, self.lm.model.config().kv_bytes_per_token())
     }
 
     /// Seed the step-cost fit with this machine's own timings before serving. Without them

@@ -259,11 +259,6 @@ impl EngineHandle {
         load_of(busy, self.config.max_sequences)
     }
 
-    /// KV bytes a request reserves (see [`kv_reservation`]).
-    pub fn kv_reservation(&self, sub: &Submission) -> usize {
-        kv_reservation(sub, self.kv_bytes_per_token)
-    }
-
     /// Whether the engine has room to spare: nothing waiting and at most half the slots
     /// busy (background work such as shadow checks runs only then).
     pub fn is_idle_enough(&self) -> bool {
@@ -278,19 +273,16 @@ impl EngineHandle {
         if !self.is_alive() {
             return Err(SubmitError::EngineDown);
         }
-        if self.kv_reservation(&sub) > self.config.kv_budget_bytes
-            && sub.drafter.kv_bytes_per_token() > 0
-        {
+        let budget = self.config.kv_budget_bytes;
+        let mut needed = kv_reservation(&sub, self.kv_bytes_per_token);
+        if needed > budget && sub.drafter.kv_bytes_per_token() > 0 {
             sub.drafter = Box::new(specgate_strategies::PlainDrafter);
             sub.plan = SpecPlan::PLAIN;
             sub.params.max_draft_tokens = 0;
+            needed = kv_reservation(&sub, self.kv_bytes_per_token);
         }
-        let needed = self.kv_reservation(&sub);
-        if needed > self.config.kv_budget_bytes {
-            return Err(SubmitError::TooLarge {
-                needed,
-                budget: self.config.kv_budget_bytes,
-            });
+        if needed > budget {
+            return Err(SubmitError::TooLarge { needed, budget });
         }
         let queued = self.status.queued.fetch_add(1, Ordering::SeqCst);
         if queued >= self.config.queue_capacity {

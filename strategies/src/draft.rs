@@ -110,26 +110,44 @@ pub trait Drafter {
 
     /// The sequence now ends with `committed`, after the draft's first `accepted` tokens.
     fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
-        let _ = (ctx, accepted);
+        if let Some(inner) = self.wrapped_mut() {
+            inner.on_commit(ctx, accepted);
+        }
     }
 
     /// The sequence ended; a drafter that learns from finished text (suffix) records it here.
-    fn finish(&mut self) {}
+    fn finish(&mut self) {
+        if let Some(inner) = self.wrapped_mut() {
+            inner.finish();
+        }
+    }
 
     /// Bytes of cache the drafter keeps per token of its sequence (a draft model's keys and
     /// values), so the engine's KV budget counts them beside the target's.
     fn kv_bytes_per_token(&self) -> usize {
-        0
+        self.wrapped().map_or(0, |inner| inner.kv_bytes_per_token())
     }
 
     /// What this drafter measured on earlier sequences, if it keeps such a record.
     fn track_record(&self) -> Option<TrackRecord> {
-        None
+        self.wrapped().and_then(|inner| inner.track_record())
     }
 
     /// How many of a client's predicted tokens it drafted were accepted and rejected (a
     /// drafter that drafts from a prediction; OpenAI's usage reports them).
     fn prediction_tokens(&self) -> Option<crate::prediction::PredictionTokens> {
+        self.wrapped().and_then(|inner| inner.prediction_tokens())
+    }
+
+    /// The drafter this one wraps, if it wraps one: every method above that a wrapper does
+    /// not override goes to it, so a method added here later cannot be silently dropped by
+    /// a wrapper (fault injection once hid a draft model's cache from the KV budget so).
+    fn wrapped(&self) -> Option<&dyn Drafter> {
+        None
+    }
+
+    /// [`Drafter::wrapped`], mutably.
+    fn wrapped_mut(&mut self) -> Option<&mut dyn Drafter> {
         None
     }
 }
@@ -145,5 +163,92 @@ impl Drafter for PlainDrafter {
 
     fn propose(&mut self, _: &DraftContext<'_>, _: usize) -> Result<Draft, DraftError> {
         Ok(Draft::empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SamplingParams;
+
+    /// A drafter with a cache, a record, and a log of what it was told.
+    #[derive(Default)]
+    struct Recording {
+        commits: Vec<usize>,
+        finished: bool,
+    }
+
+    impl Drafter for Recording {
+        fn name(&self) -> &'static str {
+            "recording"
+        }
+
+        fn propose(&mut self, _: &DraftContext<'_>, _: usize) -> Result<Draft, DraftError> {
+            Ok(Draft::deterministic(vec![1, 2]))
+        }
+
+        fn on_commit(&mut self, _: &DraftContext<'_>, accepted: usize) {
+            self.commits.push(accepted);
+        }
+
+        fn finish(&mut self) {
+            self.finished = true;
+        }
+
+        fn kv_bytes_per_token(&self) -> usize {
+            7
+        }
+
+        fn track_record(&self) -> Option<TrackRecord> {
+            Some(TrackRecord {
+                alpha: 0.5,
+                judged: 3.0,
+                step_secs: 0.01,
+            })
+        }
+    }
+
+    /// A wrapper that overrides nothing but what it must.
+    struct Wrapper(Recording);
+
+    impl Drafter for Wrapper {
+        fn name(&self) -> &'static str {
+            "wrapper"
+        }
+
+        fn propose(&mut self, ctx: &DraftContext<'_>, k: usize) -> Result<Draft, DraftError> {
+            self.0.propose(ctx, k)
+        }
+
+        fn wrapped(&self) -> Option<&dyn Drafter> {
+            Some(&self.0)
+        }
+
+        fn wrapped_mut(&mut self) -> Option<&mut dyn Drafter> {
+            Some(&mut self.0)
+        }
+    }
+
+    #[test]
+    fn a_wrapper_passes_on_every_method_it_does_not_override() {
+        let mut w = Wrapper(Recording::default());
+        let sampling = SamplingParams::greedy();
+        let ctx = DraftContext {
+            tokens: &[5, 6],
+            prompt_len: 1,
+            sampling: &sampling,
+            hidden: None,
+            row_cost: None,
+        };
+        w.on_commit(&ctx, 2);
+        w.finish();
+        assert_eq!(w.0.commits, vec![2]);
+        assert!(w.0.finished);
+        assert_eq!(w.kv_bytes_per_token(), 7);
+        assert_eq!(w.track_record().map(|r| r.judged), Some(3.0));
+        assert_eq!(w.prediction_tokens(), None);
+        // A drafter that wraps nothing keeps the neutral defaults.
+        assert_eq!(PlainDrafter.kv_bytes_per_token(), 0);
+        assert_eq!(PlainDrafter.track_record(), None);
     }
 }

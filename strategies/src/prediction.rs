@@ -5,7 +5,7 @@
 //! where nothing matches, the request's own drafter drafts. Verification keeps the output
 //! exactly the target's: a wrong prediction costs rejected rows, never a different answer.
 
-use crate::draft::{Draft, DraftContext, DraftError, Drafter, TrackRecord};
+use crate::draft::{Draft, DraftContext, DraftError, Drafter};
 use crate::fallback::SendDrafter;
 use crate::TokenId;
 use std::collections::HashMap;
@@ -168,16 +168,12 @@ impl Drafter for PredictionDrafter {
         Some(self.counts)
     }
 
-    fn finish(&mut self) {
-        self.inner.finish();
+    fn wrapped(&self) -> Option<&dyn Drafter> {
+        Some(&*self.inner)
     }
 
-    fn track_record(&self) -> Option<TrackRecord> {
-        self.inner.track_record()
-    }
-
-    fn kv_bytes_per_token(&self) -> usize {
-        self.inner.kv_bytes_per_token()
+    fn wrapped_mut(&mut self) -> Option<&mut dyn Drafter> {
+        Some(&mut *self.inner)
     }
 }
 
