@@ -33,8 +33,13 @@ impl LoadView {
 
     /// v(k): a step with k drafts per sequence relative to a plain step.
     pub fn verify_cost(&self, k: usize) -> f64 {
+        self.verify_cost_of(k as f64)
+    }
+
+    /// v at a mean of `drafts` per sequence (the cost is linear in the step's tokens).
+    pub fn verify_cost_of(&self, drafts: f64) -> f64 {
         let rho = self.rho();
-        (1.0 + rho * (k as f64 + 1.0)) / (1.0 + rho)
+        (1.0 + rho * (drafts + 1.0)) / (1.0 + rho)
     }
 
     /// What one more verify row costs relative to a plain step, v(k + 1) − v(k) = ρ / (1 + ρ):

@@ -82,6 +82,9 @@ pub struct ArmState {
     /// Draft cost relative to a verify pass (EMA): per round for a drafter that prices its
     /// own drafts, else per drafted token (see [`draft_cost`]).
     pub draft_cost: Option<f64>,
+    /// Tokens drafted per round (EMA), for a drafter that prices its own drafts: what its
+    /// rounds cost to verify, whatever k allows.
+    pub drafts_per_round: Option<f64>,
 }
 
 impl Default for ArmState {
@@ -90,6 +93,7 @@ impl Default for ArmState {
             accepted: PRIOR.0,
             rejected: PRIOR.1,
             draft_cost: None,
+            drafts_per_round: None,
         }
     }
 }
@@ -115,6 +119,7 @@ impl ArmState {
             accepted: self.accepted + a * scale,
             rejected: self.rejected + r * scale,
             draft_cost: self.draft_cost.or(pool.draft_cost),
+            drafts_per_round: self.drafts_per_round.or(pool.drafts_per_round),
         }
     }
 }
@@ -125,6 +130,49 @@ type Arms = BTreeMap<StrategyKind, ArmState>;
 struct RouteState {
     arms: Arms,
     incumbent: Option<(StrategyKind, usize)>,
+    budget: ExplorationBudget,
+}
+
+/// Most of a route's recent requests that may go to a draw's choice where the posterior
+/// means choose another: Thompson sampling alone sent 6-10 of a new chat route's first 18
+/// requests to strategies near the best (several Medusa variants, plain), each costing
+/// 10-40% of a request's speed.
+const EXPLORE_SHARE: f64 = 0.1;
+/// Exploratory requests a route may make beyond its share (a new route's first tries).
+const EXPLORE_FREE: f64 = 2.0;
+/// Per request: the budget's memory is about the route's last 100 requests.
+const BUDGET_DECAY: f64 = 0.99;
+
+/// A route's recent requests and how many of them explored (both decayed per request).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct ExplorationBudget {
+    requests: f64,
+    explored: f64,
+}
+
+impl ExplorationBudget {
+    /// The choice for this request: `drawn` (Thompson's) where it is a draft strategy other
+    /// than `greedy`'s (the posterior means') and the budget allows one more exploration,
+    /// else `greedy`. An untried strategy's mean is its prior's, so greedy tries it too.
+    fn admit(
+        &mut self,
+        drawn: Option<(StrategyKind, usize)>,
+        greedy: Option<(StrategyKind, usize)>,
+    ) -> Option<(StrategyKind, usize)> {
+        self.requests = self.requests * BUDGET_DECAY + 1.0;
+        self.explored *= BUDGET_DECAY;
+        // Plain decoding's value is known (1): drawing it teaches nothing, so only a draft
+        // strategy's draw may explore.
+        let plain = drawn.is_none_or(|d| d.0 == StrategyKind::Plain);
+        if plain || drawn.map(|d| d.0) == greedy.map(|g| g.0) {
+            return greedy;
+        }
+        if self.explored + 1.0 > EXPLORE_SHARE * self.requests + EXPLORE_FREE {
+            return greedy;
+        }
+        self.explored += 1.0;
+        drawn
+    }
 }
 
 /// The per-route learner. Pure: load and randomness come in as arguments.
@@ -135,10 +183,15 @@ pub struct Learner {
     classes: HashMap<WorkloadClass, Arms>,
 }
 
-/// Prior draft cost when none was measured: lookups are free, model drafters are not.
+/// Prior draft cost when none was measured: lookups are free, Medusa heads (one small
+/// pass over the target's hidden state a round; measured 0.02 of a verify pass) nearly so,
+/// model drafters are not. At 0.3 for the heads, greedy choice never tried suffix-medusa
+/// on a new route once cheaper arms had evidence.
 fn prior_cost(s: StrategyKind) -> f64 {
     if s.is_lookup() || s == StrategyKind::Plain {
         0.0
+    } else if s.uses_medusa() {
+        0.05
     } else {
         0.3
     }
@@ -186,8 +239,17 @@ impl Learner {
             state.incumbent = None;
             return SpecPlan::PLAIN;
         }
-        let candidates = candidates(&state.arms, pool, limits, load, rng);
-        state.incumbent = pick(state.incumbent, &candidates);
+        let draw = limits.explore;
+        let drawn = pick(
+            state.incumbent,
+            &candidates(&state.arms, pool, limits, load, draw, rng),
+        );
+        state.incumbent = if draw {
+            let means = candidates(&state.arms, pool, limits, load, false, rng);
+            state.budget.admit(drawn, pick(state.incumbent, &means))
+        } else {
+            drawn
+        };
         match state.incumbent {
             Some((strategy, k)) => plan(strategy, k, limits),
             None => SpecPlan::PLAIN,
@@ -218,13 +280,14 @@ impl Learner {
 }
 
 /// Every choice the route may make now, with its expected value at this load: each allowed
-/// strategy at its best k for an α drawn from its arm (its mean when exploration is off),
-/// and plain decoding (value 1).
+/// strategy at its best k for an α drawn from its arm (`draw`) or its mean, and plain
+/// decoding (value 1).
 fn candidates(
     arms: &Arms,
     pool: Option<&Arms>,
     limits: &Constraints,
     load: &LoadView,
+    draw: bool,
     rng: &mut impl Rng,
 ) -> Vec<((StrategyKind, usize), f64)> {
     // A fixed k is the admin's choice: plain decoding competes only when the policy allows
@@ -241,17 +304,35 @@ fn candidates(
     for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
         let own = arms.get(&s).copied().unwrap_or_default();
         let arm = own.over(pool.and_then(|p| p.get(&s)), CLASS_PRIOR);
-        let alpha = if limits.explore {
+        let alpha = if draw {
             arm.draw(rng)
         } else {
             arm.mean_alpha()
         };
-        let (k, v) = best_k(alpha, draft_cost(s, &arm), load, limits.k_min, limits.k_max);
+        let cost = draft_cost(s, &arm);
+        let (k, v) = match arm.drafts_per_round {
+            Some(rows) if s.prices_own_drafts() => (
+                limits.k_max,
+                self_priced_value(alpha, rows, cost, load, limits.k_max),
+            ),
+            _ => best_k(alpha, cost, load, limits.k_min, limits.k_max),
+        };
         if k > 0 {
             candidates.push(((s, k), v));
         }
     }
     candidates
+}
+
+/// The value of a drafter that prices its own drafts, from what its rounds measured: the
+/// tokens a round commits at α (as [`judged`] defines it for such drafters, capped at
+/// `k_max` drafts) over the verify cost of the drafts it actually makes a round. Valued at
+/// the k the constant-α model likes instead, a Medusa tree that drafts 8-16 rows for 1.6
+/// tokens a pass looked as cheap as 2 rows and won a creative route it slowed by a third.
+fn self_priced_value(alpha: f64, rows: f64, cost: DraftCost, load: &LoadView, k_max: usize) -> f64 {
+    let alpha = alpha.clamp(0.0, 0.999_999);
+    let tokens = (1.0 - alpha.powi(k_max as i32 + 1)) / (1.0 - alpha);
+    tokens / (load.verify_cost_of(rows) + cost.of_round(0))
 }
 
 /// The best candidate, unless the incumbent strategy is within the hysteresis margin of it
@@ -328,8 +409,17 @@ fn learn(arms: &mut Arms, obs: &Observation) {
             obs.drafted
         };
         let c = obs.draft_secs / per as f64 / pass;
-        arm.draft_cost = Some(arm.draft_cost.map_or(c, |old| old + 0.2 * (c - old)));
+        arm.draft_cost = Some(ema(arm.draft_cost, c));
     }
+    if strategy.prices_own_drafts() && obs.rounds > 0 {
+        let rows = obs.drafted as f64 / obs.rounds as f64;
+        arm.drafts_per_round = Some(ema(arm.drafts_per_round, rows));
+    }
+}
+
+/// An average that follows the last few requests.
+fn ema(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |old| old + 0.2 * (new - old))
 }
 
 /// How much less a request's acceptance evidence counts for the load it ran under. A drafter
