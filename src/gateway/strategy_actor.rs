@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use specgate_strategies::{
     NgramDrafter, PlainDrafter, SharedCorpus, SharedSuffixCache, StrategyKind, SuffixCache,
+    SuffixRecorder,
 };
 
 use crate::faults::Faults;
@@ -83,9 +84,19 @@ impl StrategyActor {
     }
 
     /// A drafter for one request of `tenant`: the suffix strategies draft from that tenant's
-    /// cache only.
+    /// cache only, and every strategy's request leaves its text there for later ones.
     pub fn checkout(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
-        let drafter: BoxedDrafter = match self.kind {
+        let drafter = if self.kind.uses_suffix_cache() {
+            self.build(tenant, seed)?
+        } else {
+            let cache = self.suffix_cache(tenant.clone());
+            Box::new(SuffixRecorder::new(self.build(tenant, seed)?, cache))
+        };
+        Ok(self.faults.wrap(drafter))
+    }
+
+    fn build(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
+        Ok(match self.kind {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
             StrategyKind::Suffix => Box::new(suffix_drafter(
@@ -111,8 +122,7 @@ impl StrategyActor {
                     .ok_or_else(|| "no Medusa heads loaded".to_string())?;
                 crate::strategy::medusa_drafter(self.kind, b, seed, cache, self.corpus.clone())
             }
-        };
-        Ok(self.faults.wrap(drafter))
+        })
     }
 }
 
@@ -185,5 +195,32 @@ mod tests {
             "tenant B drafted A's text: {proposed:?}"
         );
         assert!(proposed.iter().all(|t| !secret.contains(t)));
+    }
+
+    /// A request that ran plain (or with a drafter that keeps no cache) still leaves its text
+    /// for the tenant's later suffix drafting, and only the tenant's.
+    #[test]
+    fn every_strategys_requests_feed_their_tenants_suffix_cache() {
+        let caches = TenantSuffixCaches::default();
+        let mut plain = StrategyActor::new(StrategyKind::Plain, None, Faults::default())
+            .with_suffix_caches(caches.clone());
+        let mut suffix = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
+            .with_suffix_caches(caches);
+        let full: Vec<TokenId> = vec![11, 12, 13, 14, 901, 902, 903, 904, 905];
+        let mut p = plain.checkout("tenant-a".into(), 0).unwrap();
+        let sp = SamplingParams::greedy();
+        let ctx = DraftContext {
+            tokens: &full,
+            prompt_len: 4,
+            sampling: &sp,
+            hidden: None,
+            row_cost: None,
+        };
+        p.on_commit(&ctx, 0);
+        p.finish();
+        let mut a = suffix.checkout("tenant-a".into(), 0).unwrap();
+        assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());
+        let mut b = suffix.checkout("tenant-b".into(), 0).unwrap();
+        assert!(draft(&mut b, &full[..5]).is_empty());
     }
 }

@@ -10,6 +10,7 @@ pub mod kind;
 pub mod medusa;
 pub mod ngram;
 pub mod prediction;
+pub mod recorder;
 pub mod sampling;
 pub mod stats;
 pub mod suffix;
@@ -27,6 +28,7 @@ pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
 pub use ngram::{ngram_lookup, NgramDrafter};
 pub use prediction::{PredictionDrafter, PredictionTokens};
+pub use recorder::SuffixRecorder;
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, judged_positions, predicted_speedup, SpecStats};
 pub use suffix::{
