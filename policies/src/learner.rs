@@ -331,7 +331,8 @@ fn candidates(
 /// tokens a pass looked as cheap as 2 rows and won a creative route it slowed by a third.
 fn self_priced_value(alpha: f64, rows: f64, cost: DraftCost, load: &LoadView, k_max: usize) -> f64 {
     let alpha = alpha.clamp(0.0, 0.999_999);
-    let tokens = (1.0 - alpha.powi(k_max as i32 + 1)) / (1.0 - alpha);
+    let k = k_max.min(K_LIMIT); // the plan's cap
+    let tokens = (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha);
     tokens / (load.verify_cost_of(rows) + cost.of_round(0))
 }
 

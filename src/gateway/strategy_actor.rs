@@ -154,16 +154,22 @@ mod tests {
     use super::*;
     use specgate_strategies::{DraftContext, SamplingParams, TokenId};
 
-    fn draft(d: &mut BoxedDrafter, tokens: &[TokenId]) -> Vec<TokenId> {
+    /// `f` with a greedy context whose sequence is `tokens`.
+    fn with_ctx<R>(tokens: &[TokenId], f: impl FnOnce(&DraftContext<'_>) -> R) -> R {
         let sp = SamplingParams::greedy();
-        let ctx = DraftContext {
+        f(&DraftContext {
             tokens,
             prompt_len: tokens.len(),
             sampling: &sp,
             hidden: None,
             row_cost: None,
-        };
-        d.propose(&ctx, 8).map(|d| d.tokens).unwrap_or_default()
+        })
+    }
+
+    fn draft(d: &mut BoxedDrafter, tokens: &[TokenId]) -> Vec<TokenId> {
+        with_ctx(tokens, |ctx| {
+            d.propose(ctx, 8).map(|d| d.tokens).unwrap_or_default()
+        })
     }
 
     /// What one tenant's requests taught the suffix cache drafts for that tenant only, also
@@ -208,15 +214,7 @@ mod tests {
             .with_suffix_caches(caches);
         let full: Vec<TokenId> = vec![11, 12, 13, 14, 901, 902, 903, 904, 905];
         let mut p = plain.checkout("tenant-a".into(), 0).unwrap();
-        let sp = SamplingParams::greedy();
-        let ctx = DraftContext {
-            tokens: &full,
-            prompt_len: 4,
-            sampling: &sp,
-            hidden: None,
-            row_cost: None,
-        };
-        p.on_commit(&ctx, 0);
+        with_ctx(&full, |ctx| p.on_commit(ctx, 0));
         p.finish();
         let mut a = suffix.checkout("tenant-a".into(), 0).unwrap();
         assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());

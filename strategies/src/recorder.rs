@@ -36,8 +36,14 @@ impl Drafter for SuffixRecorder {
     }
 
     fn on_commit(&mut self, ctx: &DraftContext<'_>, accepted: usize) {
-        self.history.clear();
-        self.history.extend_from_slice(ctx.tokens);
+        // A sequence only grows by its commits: copy the new tokens, not the whole of it.
+        match ctx.tokens.get(self.history.len()..) {
+            Some(new) => self.history.extend_from_slice(new),
+            None => {
+                self.history.clear();
+                self.history.extend_from_slice(ctx.tokens);
+            }
+        }
         self.inner.on_commit(ctx, accepted);
     }
 
