@@ -414,13 +414,20 @@ fn learn(arms: &mut Arms, obs: &Observation) {
     }
     if strategy.prices_own_drafts() && obs.rounds > 0 {
         let rows = obs.drafted as f64 / obs.rounds as f64;
-        arm.drafts_per_round = Some(ema(arm.drafts_per_round, rows));
+        // Rows measured under load say what the load allowed (the drafter stops earlier as
+        // rows get dear), so they move the average as much as the acceptance evidence does.
+        arm.drafts_per_round = Some(ema_weighted(arm.drafts_per_round, rows, share));
     }
 }
 
 /// An average that follows the last few requests.
 fn ema(old: Option<f64>, new: f64) -> f64 {
-    old.map_or(new, |old| old + 0.2 * (new - old))
+    ema_weighted(old, new, 1.0)
+}
+
+/// [`ema`] where the new value counts `weight` of a request (a first value counts whole).
+fn ema_weighted(old: Option<f64>, new: f64, weight: f64) -> f64 {
+    old.map_or(new, |old| old + 0.2 * weight * (new - old))
 }
 
 /// How much less a request's acceptance evidence counts for the load it ran under. A drafter

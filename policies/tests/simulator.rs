@@ -497,6 +497,40 @@ fn drafts_priced_out_by_load_do_not_teach_the_route_that_its_text_does_not_accep
 }
 
 #[test]
+fn rows_drafted_under_load_move_the_measured_rows_as_little_as_its_acceptance() {
+    // Four rows a round idle; then ten requests 16-way busy, where rows are dear and the
+    // drafter drafts none. Counted whole, those ten would read 0.4 rows a round (4 × 0.8¹⁰)
+    // and price the idle route's rounds at a tenth of what they cost.
+    let mut learner = Learner::default();
+    let idle = self_priced(StrategyKind::SuffixMedusa, 2.5, 4, 0.03);
+    for _ in 0..10 {
+        learner.observe(&route(), &idle);
+    }
+    let busy = Observation {
+        sequences: 16,
+        ..self_priced(StrategyKind::SuffixMedusa, 1.0, 0, 0.0)
+    };
+    for _ in 0..10 {
+        learner.observe(&route(), &busy);
+    }
+    let rows = |learner: &Learner| {
+        learner
+            .arms(&route())
+            .into_iter()
+            .find(|(s, _)| *s == StrategyKind::SuffixMedusa)
+            .and_then(|(_, arm)| arm.drafts_per_round)
+    };
+    let after_busy = rows(&learner).expect("measured");
+    assert!(after_busy > 3.0, "{after_busy} rows a round");
+    // Idle requests that draft nothing do move it at full weight.
+    for _ in 0..10 {
+        learner.observe(&route(), &Observation { sequences: 1, ..busy });
+    }
+    let after_idle = rows(&learner).expect("measured");
+    assert!(after_idle < 0.5, "{after_idle} rows a round");
+}
+
+#[test]
 fn exploration_of_near_best_strategies_stays_within_its_budget() {
     // Chat as the shipped heads serve it: four drafters that price their own drafts commit
     // 1.45-1.76 tokens per pass, close enough that their posteriors overlap for long. Thompson
