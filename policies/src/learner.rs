@@ -356,7 +356,7 @@ fn pick(
 }
 
 /// The plan for a chosen (strategy, k).
-fn plan(strategy: StrategyKind, k: usize, limits: &Constraints) -> SpecPlan {
+pub(crate) fn plan(strategy: StrategyKind, k: usize, limits: &Constraints) -> SpecPlan {
     if strategy == StrategyKind::Plain {
         return SpecPlan::PLAIN;
     }

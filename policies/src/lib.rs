@@ -7,6 +7,7 @@ pub mod learner;
 pub mod plan;
 pub mod policy;
 pub mod prediction;
+pub mod recall;
 pub mod step_costs;
 pub mod workload;
 
@@ -16,5 +17,6 @@ pub use learner::{Constraints, Learner, Observation, RouteKey};
 pub use plan::{default_plan, k_under_load, Load, SpecPlan};
 pub use policy::{default_policy, PolicyError, RoutePolicy, ANY_TENANT};
 pub use prediction::{plan_for_prediction, PREDICTION_ALPHA};
+pub use recall::{plan_for_recall, RECALL_MIN_TOKENS};
 pub use step_costs::StepCosts;
 pub use workload::{classify, UnknownWorkload, WorkloadClass};

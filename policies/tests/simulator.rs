@@ -524,7 +524,13 @@ fn rows_drafted_under_load_move_the_measured_rows_as_little_as_its_acceptance() 
     assert!(after_busy > 3.0, "{after_busy} rows a round");
     // Idle requests that draft nothing do move it at full weight.
     for _ in 0..10 {
-        learner.observe(&route(), &Observation { sequences: 1, ..busy });
+        learner.observe(
+            &route(),
+            &Observation {
+                sequences: 1,
+                ..busy
+            },
+        );
     }
     let after_idle = rows(&learner).expect("measured");
     assert!(after_idle < 0.5, "{after_idle} rows a round");

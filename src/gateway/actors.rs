@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use specgate_policies::SpecPlan;
-use specgate_strategies::{PlainDrafter, PredictionDrafter};
+use specgate_policies::{SpecPlan, RECALL_MIN_TOKENS};
+use specgate_strategies::{PlainDrafter, PredictionDrafter, StrategyKind};
 
 use crate::logprobs::TokenLogprob;
 use tokio::sync::{mpsc, oneshot};
@@ -22,7 +22,7 @@ use super::error::ApiError;
 use super::history_writer::{HistoryWriter, Record};
 use super::router::{Observe, PlanFor, Router};
 use super::shadow_check::{self, ShadowJob};
-use super::strategy_actor::{Checkout, Strategies};
+use super::strategy_actor::{Checkout, Recall, Strategies};
 use crate::engine::{
     EngineHandle, Event, RequestId, RouteLabels, Submission, SubmitError, Summary,
 };
@@ -81,8 +81,8 @@ pub struct RequestActor {
     ttft: LatencyHistogram,
     itl: LatencyHistogram,
     finished: bool,
-    /// Drafted from the client's prediction (kept from the learner).
-    predicted: bool,
+    /// Drafted from the client's prediction or a recalled answer (kept from the learner).
+    off_route: bool,
 }
 
 impl RequestActor {
@@ -113,7 +113,7 @@ impl RequestActor {
             ttft: LatencyHistogram::default(),
             itl: LatencyHistogram::default(),
             finished: false,
-            predicted: false,
+            off_route: false,
         };
         actor.start();
         (admit_rx, out_rx)
@@ -157,12 +157,30 @@ impl Actor for RequestActor {
         let speculation = job.speculation;
         let seed = job.params.seed;
         let predicted = !job.prediction.is_empty();
+        // Only a plan of the router's own can turn to a recalled answer.
+        let recall = (!predicted && matches!(speculation, SpecOverride::Default))
+            .then(|| strategies.get(&StrategyKind::Suffix).cloned())
+            .flatten()
+            .map(|actor| {
+                let msg = Recall {
+                    tenant: route.tenant.clone(),
+                    prompt: job.prompt.clone(),
+                    limit: RECALL_MIN_TOKENS,
+                };
+                (actor, msg)
+            });
         let prepare = async move {
+            let recalled = match recall {
+                // A lost answer only loses the recall.
+                Some((actor, msg)) => actor.send(msg).await.unwrap_or(0),
+                None => 0,
+            };
             let planned = router
                 .send(PlanFor {
                     route: route.clone(),
                     speculation,
                     predicted,
+                    recalled,
                 })
                 .await
                 .map_err(|e| ApiError::internal(format!("router: {e}")))??;
@@ -185,6 +203,7 @@ impl Actor for RequestActor {
                 Err(e) => return act.refuse(e, ctx),
             };
             let plan = planned.plan;
+            act.off_route = planned.recalled;
             // Sampled here, so only the requests that will be checked keep a copy of their
             // prompt.
             if job.params.sampling.is_greedy()
@@ -209,7 +228,7 @@ impl Actor for RequestActor {
             let drafter = if job.prediction.is_empty() || plan.k == 0 {
                 drafter
             } else {
-                act.predicted = true;
+                act.off_route = true;
                 Box::new(PredictionDrafter::new(job.prediction, drafter)) as BoxedDrafter
             };
             let (tx, mut rx) = mpsc::unbounded_channel();
@@ -360,7 +379,7 @@ impl StreamHandler<Event> for RequestActor {
             }
             Event::Done(summary) => {
                 self.finished = true;
-                if !self.predicted {
+                if !self.off_route {
                     self.router.do_send(Observe {
                         route: self.route.clone(),
                         summary: summary.clone(),

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use specgate_policies::{
-    default_plan, k_under_load, plan_for_prediction, Learner, LoadView, Observation, RouteKey,
-    RoutePolicy, SpecPlan,
+    default_plan, k_under_load, plan_for_prediction, plan_for_recall, Learner, LoadView,
+    Observation, RouteKey, RoutePolicy, SpecPlan,
 };
 use specgate_strategies::StrategyKind;
 
@@ -101,6 +101,8 @@ pub struct PlanFor {
     pub speculation: SpecOverride,
     /// The request brings a predicted output (planned on its own where the route's is plain).
     pub predicted: bool,
+    /// Tokens of an earlier answer to the prompt in the tenant's suffix cache.
+    pub recalled: usize,
 }
 
 /// A request's plan and the chance that it gets a shadow check.
@@ -108,6 +110,9 @@ pub struct PlanFor {
 pub struct Planned {
     pub plan: SpecPlan,
     pub shadow_rate: f64,
+    /// The plan drafts from a recalled answer instead of the route's learned plan: the
+    /// request's rounds say nothing of the route's usual text.
+    pub recalled: bool,
 }
 
 impl Handler<PlanFor> for Router {
@@ -116,35 +121,52 @@ impl Handler<PlanFor> for Router {
     fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
         // One read of the route's policy serves the plan and the shadow rate.
         let (policy, _) = self.policies.effective(&msg.route.tenant, msg.route.class);
+        let (route_tenant, class) = (msg.route.tenant.clone(), msg.route.class);
         let shadow_rate = policy.shadow_rate;
-        let plan = self.plan(msg, &policy)?;
-        Ok(Planned { plan, shadow_rate })
+        let (plan, recalled) = self.plan(msg, &policy)?;
+        if recalled {
+            let labels = [
+                ("tenant", route_tenant.clone()),
+                ("class", class.name().to_string()),
+            ];
+            metrics::counter!("specgate_recalled_prompts_total", &labels).increment(1);
+        }
+        Ok(Planned {
+            plan,
+            shadow_rate,
+            recalled,
+        })
     }
 }
 
 impl Router {
-    fn plan(&mut self, msg: PlanFor, policy: &RoutePolicy) -> Result<SpecPlan, ApiError> {
+    /// The plan, and whether a recalled answer made it.
+    fn plan(&mut self, msg: PlanFor, policy: &RoutePolicy) -> Result<(SpecPlan, bool), ApiError> {
         let route = RouteKey {
             tenant: msg.route.tenant.clone(),
             class: msg.route.class,
         };
+        let mut recalled = false;
         let plan = match msg.speculation {
-            SpecOverride::Disabled => return Ok(SpecPlan::PLAIN),
+            SpecOverride::Disabled => return Ok((SpecPlan::PLAIN, false)),
             SpecOverride::Default => {
                 let (limits, load) = (policy.constraints(&self.available), self.load_view());
                 let learned = self
                     .learner
                     .choose(&route, &limits, &load, &mut rand::rng());
-                match msg.predicted {
-                    true => plan_for_prediction(learned, &limits, &load),
-                    false => learned,
+                if msg.predicted {
+                    plan_for_prediction(learned, &limits, &load)
+                } else {
+                    let plan = plan_for_recall(learned, msg.recalled, &limits, &load);
+                    recalled = plan != learned;
+                    plan
                 }
             }
             SpecOverride::Use { strategy, k } => {
                 // Within what the route's policy allows: speculation off stays off.
                 let limits = policy.constraints(&self.available);
                 if !limits.speculation {
-                    return Ok(SpecPlan::PLAIN);
+                    return Ok((SpecPlan::PLAIN, false));
                 }
                 let base = default_plan(msg.route.class);
                 // A client that sets only k gets the class default if its policy allows it,
@@ -195,9 +217,9 @@ impl Router {
         if plan.strategy == StrategyKind::Plain
             || k_under_load(plan.k, self.engine.load(), off_at) == 0
         {
-            return Ok(SpecPlan::PLAIN);
+            return Ok((SpecPlan::PLAIN, false));
         }
-        Ok(plan)
+        Ok((plan, recalled))
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use specgate_strategies::{
     NgramDrafter, PlainDrafter, SharedCorpus, SharedSuffixCache, StrategyKind, SuffixCache,
-    SuffixRecorder,
+    SuffixRecorder, TokenId,
 };
 
 use crate::faults::Faults;
@@ -95,6 +95,22 @@ impl StrategyActor {
         Ok(self.faults.wrap(drafter))
     }
 
+    /// Tokens (up to `limit`) of an earlier answer to `prompt` in `tenant`'s cache (0 for a
+    /// tenant with none yet: a lookup creates no cache).
+    pub fn recall(&self, tenant: &str, prompt: &[TokenId], limit: usize) -> usize {
+        let cache = {
+            let caches = self
+                .suffix_caches
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            caches.get(tenant).cloned()
+        };
+        cache.map_or(0, |c| {
+            let cache = c.lock().unwrap_or_else(|p| p.into_inner());
+            cache.recall(prompt, limit)
+        })
+    }
+
     fn build(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
         Ok(match self.kind {
             StrategyKind::Plain => Box::new(PlainDrafter),
@@ -143,6 +159,24 @@ impl Handler<Checkout> for StrategyActor {
 
     fn handle(&mut self, msg: Checkout, _: &mut Context<Self>) -> Self::Result {
         self.checkout(msg.tenant, msg.seed)
+    }
+}
+
+/// How much of an earlier answer to a prompt the tenant's cache holds (see
+/// `SuffixCache::recall`).
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Recall {
+    pub tenant: String,
+    pub prompt: Vec<TokenId>,
+    pub limit: usize,
+}
+
+impl Handler<Recall> for StrategyActor {
+    type Result = usize;
+
+    fn handle(&mut self, msg: Recall, _: &mut Context<Self>) -> Self::Result {
+        self.recall(&msg.tenant, &msg.prompt, msg.limit)
     }
 }
 
@@ -220,5 +254,22 @@ mod tests {
         assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());
         let mut b = suffix.checkout("tenant-b".into(), 0).unwrap();
         assert!(draft(&mut b, &full[..5]).is_empty());
+    }
+
+    /// A prompt a tenant sent before is recalled from its own cache only, and asking does
+    /// not create a cache for a tenant that has none.
+    #[test]
+    fn a_prompt_is_recalled_from_its_own_tenants_cache_only() {
+        let caches = TenantSuffixCaches::default();
+        let mut plain = StrategyActor::new(StrategyKind::Plain, None, Faults::default())
+            .with_suffix_caches(caches.clone());
+        let prompt: Vec<TokenId> = (100..160).collect();
+        let full: Vec<TokenId> = prompt.iter().copied().chain(500..540).collect();
+        let mut p = plain.checkout("tenant-a".into(), 0).unwrap();
+        with_ctx(&full, |ctx| p.on_commit(ctx, 0));
+        p.finish();
+        assert_eq!(plain.recall("tenant-a", &prompt, 16), 16);
+        assert_eq!(plain.recall("tenant-b", &prompt, 16), 0);
+        assert!(!caches.lock().unwrap().contains_key("tenant-b"));
     }
 }

@@ -18,6 +18,8 @@ use crate::corpus::CorpusIndex;
 use crate::draft::{Draft, DraftContext, DraftError, Drafter};
 use crate::TokenId;
 
+mod recall;
+
 /// Next-token counts per context.
 #[derive(Debug, Clone, Default)]
 pub struct SuffixIndex {
