@@ -281,7 +281,12 @@ impl SequenceState {
             );
         }
         let before = self.ids.len();
+        let history = self.history.len();
         let released = self.commit(&committed, tok)?;
+        let used = self.history.len() - history;
+        if used < committed.len() {
+            self.stats.trim_last_round(judged, accepted, used);
+        }
         self.record_logprobs(before, &committed, |j| {
             &rows[used_rows[j] * vocab..(used_rows[j] + 1) * vocab]
         });

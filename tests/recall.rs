@@ -19,7 +19,11 @@ fn code_edit_prompts() -> Vec<String> {
 }
 
 fn ask(s: &Server, key: &str, prompt: &str, extra: Value) -> Value {
-    let mut body = s.chat_body(prompt, TOKENS, extra);
+    ask_up_to(s, key, prompt, TOKENS, extra)
+}
+
+fn ask_up_to(s: &Server, key: &str, prompt: &str, tokens: usize, extra: Value) -> Value {
+    let mut body = s.chat_body(prompt, tokens, extra);
     body["workload"] = json!("code_edit");
     let (status, v) = s.post("/v1/chat/completions", key, &body);
     assert_eq!(status, 200, "{v}");
@@ -53,13 +57,24 @@ fn a_repeated_prompt_drafts_from_its_earlier_answer_and_keeps_it() {
     let n = first["usage"]["completion_tokens"].as_u64().unwrap();
     assert!(n >= 32, "{first}");
 
-    let again = ask(&s, &key, &prompts[0], json!({}));
+    // A stop string ends it inside a round of drafts, which are then never output.
+    let stop = "This function";
+    let again = ask(&s, &key, &prompts[0], json!({"stop": [stop]}));
     let usage = &again["usage"]["speculative"];
     assert_eq!(usage["strategy"], "suffix", "{again}");
-    assert_eq!(text(&again), text(&first), "greedy: the same answer");
+    let (want, _) = text(&first)
+        .split_once(stop)
+        .expect("the first answer has the stop");
+    assert_eq!(text(&again), want, "greedy: the same answer up to the stop");
+    assert_eq!(again["choices"][0]["finish_reason"], "stop");
+    let got = again["usage"]["completion_tokens"].as_u64().unwrap();
     let passes = usage["target_passes"].as_u64().unwrap();
-    eprintln!("recalled: {passes} target passes for {n} tokens");
-    assert!(passes * 3 <= n, "{passes} passes for {n} tokens");
+    eprintln!("recalled: {passes} target passes for {got} tokens");
+    assert!(passes * 3 <= got, "{passes} passes for {got} tokens");
+    // The prompt's pass and every round but one that ends on a draft commit one token of
+    // the target's own, the rest are accepted drafts: drafts past the end do not count.
+    let accepted = usage["accepted"].as_u64().unwrap();
+    assert!(accepted + passes <= got + 1, "{again}");
     assert_eq!(s.metric("specgate_recalled_prompts_total"), 1.0);
 
     // A fresh prompt runs the route's own plan (the recalled request taught the learner

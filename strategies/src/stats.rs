@@ -50,6 +50,23 @@ impl SpecStats {
         self.verify_time += verify;
     }
 
+    /// The sequence ended inside the last round (EOS, a stop string, max_tokens), recorded
+    /// as `drafted` and `accepted`: only its first `used` committed tokens (at most
+    /// `accepted`: all drafts) were output, an end-of-sequence token that ended it included.
+    /// Positions past the end leave every count: they were neither accepted nor rejected
+    /// for the output, so usage never reports more accepted tokens than the output holds
+    /// and a drafter that is always right keeps an acceptance rate of 1.
+    pub fn trim_last_round(&mut self, drafted: usize, accepted: usize, used: usize) {
+        let used = used.min(accepted);
+        self.drafted -= (drafted - used) as u64;
+        self.accepted -= (accepted - used) as u64;
+        self.verified -= (judged_positions(drafted, accepted) - used) as u64;
+        self.committed -= (accepted + 1 - used) as u64;
+        self.accepted_per_pos[used..accepted]
+            .iter_mut()
+            .for_each(|c| *c -= 1);
+    }
+
     /// Accepted / drafted tokens (the rate vLLM and llama.cpp report).
     pub fn acceptance_rate(&self) -> f64 {
         ratio(self.accepted, self.drafted)
@@ -108,6 +125,29 @@ mod tests {
         assert_eq!(s.tokens_per_pass(), 3.0);
         assert!((s.alpha() - 6.0 / 7.0).abs() < 1e-12);
         assert_eq!(s.acceptance_rate(), 0.75);
+    }
+
+    #[test]
+    fn a_round_cut_short_by_the_end_counts_only_what_was_output() {
+        let mut s = SpecStats::default();
+        let ms = Duration::from_millis(1);
+        s.record_round(4, 2, ms, ms);
+        // 4 drafts all accepted, but the sequence ended at the second.
+        s.record_round(4, 4, ms, ms);
+        s.trim_last_round(4, 4, 2);
+        assert_eq!(
+            (s.drafted, s.accepted, s.verified, s.committed),
+            (6, 4, 5, 5)
+        );
+        assert_eq!(s.accepted_per_pos, vec![2, 2, 0, 0]);
+        // 6 drafts, the third rejected, the end at the first.
+        s.record_round(6, 2, ms, ms);
+        s.trim_last_round(6, 2, 1);
+        assert_eq!(
+            (s.drafted, s.accepted, s.verified, s.committed),
+            (7, 5, 6, 6)
+        );
+        assert_eq!(s.accepted_per_pos, vec![3, 2, 0, 0]);
     }
 
     #[test]
