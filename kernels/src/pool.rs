@@ -77,7 +77,9 @@ unsafe impl Send for Shared {}
 /// The pool: `helpers` threads plus the calling thread.
 pub struct SpinPool {
     shared: Arc<Shared>,
-    helpers: Vec<Thread>,
+    /// Each helper with its index in `Shared` (a helper that could not be spawned leaves a
+    /// gap: its park flag must not be read as the next one's).
+    helpers: Vec<(usize, Thread)>,
     /// One job at a time; a caller that finds the pool busy (another thread's job, or a task
     /// of its own job asking again) runs its tasks on its own thread instead.
     caller: Mutex<()>,
@@ -107,7 +109,7 @@ impl SpinPool {
                     .name(format!("specgate-pool-{i}"))
                     .spawn(move || helper(&s, i))
                     .ok()
-                    .map(|h| h.thread().clone())
+                    .map(|h| (i, h.thread().clone()))
             })
             .collect();
         Self {
@@ -160,8 +162,8 @@ impl SpinPool {
         // SeqCst with the helpers' park announcement: either a helper sees this epoch before
         // parking, or this sees its flag and unparks it.
         s.epoch.store(epoch, Ordering::SeqCst);
-        for (i, t) in self.helpers.iter().enumerate() {
-            if s.parked[i].load(Ordering::SeqCst) {
+        for (i, t) in &self.helpers {
+            if s.parked[*i].load(Ordering::SeqCst) {
                 t.unpark();
             }
         }
@@ -193,7 +195,7 @@ impl Drop for SpinPool {
         let s = &*self.shared;
         s.shutdown.store(true, Ordering::SeqCst);
         s.epoch.fetch_add(1, Ordering::SeqCst);
-        self.helpers.iter().for_each(Thread::unpark);
+        self.helpers.iter().for_each(|(_, t)| t.unpark());
     }
 }
 
