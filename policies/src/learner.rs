@@ -24,6 +24,7 @@ use rand_distr::{Beta, Distribution};
 use specgate_strategies::StrategyKind;
 
 use crate::cost::{value, DraftCost, LoadView};
+use crate::exploration::ExplorationBudget;
 use crate::plan::SpecPlan;
 use crate::workload::WorkloadClass;
 
@@ -131,48 +132,6 @@ struct RouteState {
     arms: Arms,
     incumbent: Option<(StrategyKind, usize)>,
     budget: ExplorationBudget,
-}
-
-/// Most of a route's recent requests that may go to a draw's choice where the posterior
-/// means choose another: Thompson sampling alone sent 6-10 of a new chat route's first 18
-/// requests to strategies near the best (several Medusa variants, plain), each costing
-/// 10-40% of a request's speed.
-const EXPLORE_SHARE: f64 = 0.1;
-/// Exploratory requests a route may make beyond its share (a new route's first tries).
-const EXPLORE_FREE: f64 = 2.0;
-/// Per request: the budget's memory is about the route's last 100 requests.
-const BUDGET_DECAY: f64 = 0.99;
-
-/// A route's recent requests and how many of them explored (both decayed per request).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct ExplorationBudget {
-    requests: f64,
-    explored: f64,
-}
-
-impl ExplorationBudget {
-    /// The choice for this request: `drawn` (Thompson's) where it is a draft strategy other
-    /// than `greedy`'s (the posterior means') and the budget allows one more exploration,
-    /// else `greedy`. An untried strategy's mean is its prior's, so greedy tries it too.
-    fn admit(
-        &mut self,
-        drawn: Option<(StrategyKind, usize)>,
-        greedy: Option<(StrategyKind, usize)>,
-    ) -> Option<(StrategyKind, usize)> {
-        self.requests = self.requests * BUDGET_DECAY + 1.0;
-        self.explored *= BUDGET_DECAY;
-        // Plain decoding's value is known (1): drawing it teaches nothing, so only a draft
-        // strategy's draw may explore.
-        let plain = drawn.is_none_or(|d| d.0 == StrategyKind::Plain);
-        if plain || drawn.map(|d| d.0) == greedy.map(|g| g.0) {
-            return greedy;
-        }
-        if self.explored + 1.0 > EXPLORE_SHARE * self.requests + EXPLORE_FREE {
-            return greedy;
-        }
-        self.explored += 1.0;
-        drawn
-    }
 }
 
 /// The per-route learner. Pure: load and randomness come in as arguments.

@@ -121,14 +121,13 @@ impl Handler<PlanFor> for Router {
     fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
         // One read of the route's policy serves the plan and the shadow rate.
         let (policy, _) = self.policies.effective(&msg.route.tenant, msg.route.class);
-        let (route_tenant, class) = (msg.route.tenant.clone(), msg.route.class);
+        let labels = [
+            ("tenant", msg.route.tenant.clone()),
+            ("class", msg.route.class.name().to_string()),
+        ];
         let shadow_rate = policy.shadow_rate;
         let (plan, recalled) = self.plan(msg, &policy)?;
         if recalled {
-            let labels = [
-                ("tenant", route_tenant.clone()),
-                ("class", class.name().to_string()),
-            ];
             metrics::counter!("specgate_recalled_prompts_total", &labels).increment(1);
         }
         Ok(Planned {
