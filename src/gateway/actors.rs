@@ -157,8 +157,12 @@ impl Actor for RequestActor {
         let speculation = job.speculation;
         let seed = job.params.seed;
         let predicted = !job.prediction.is_empty();
-        // Only a plan of the router's own can turn to a recalled answer.
-        let recall = (!predicted && matches!(speculation, SpecOverride::Default))
+        // Only a plan of the router's own can turn to a recalled answer, and only for a
+        // greedy request: a sampled one's answer differs from the earlier by design (at
+        // temperature 0.7-1.0 a repeat committed 1.1-2.4 tokens a pass from k = 8 drafts).
+        let recall = (!predicted
+            && matches!(speculation, SpecOverride::Default)
+            && job.params.sampling.is_greedy())
             .then(|| strategies.get(&StrategyKind::Suffix).cloned())
             .flatten()
             .map(|actor| {
