@@ -163,16 +163,16 @@ impl Actor for RequestActor {
         let recall = (!predicted
             && matches!(speculation, SpecOverride::Default)
             && job.params.sampling.is_greedy())
-            .then(|| strategies.get(&StrategyKind::Suffix).cloned())
-            .flatten()
-            .map(|actor| {
-                let msg = Recall {
-                    tenant: route.tenant.clone(),
-                    prompt: job.prompt.clone(),
-                    limit: RECALL_MIN_TOKENS,
-                };
-                (actor, msg)
-            });
+        .then(|| strategies.get(&StrategyKind::Suffix).cloned())
+        .flatten()
+        .map(|actor| {
+            let msg = Recall {
+                tenant: route.tenant.clone(),
+                prompt: job.prompt.clone(),
+                limit: RECALL_MIN_TOKENS,
+            };
+            (actor, msg)
+        });
         let prepare = async move {
             let recalled = match recall {
                 // A lost answer only loses the recall.

@@ -11,97 +11,17 @@
 //! estimates the chance that the whole draft so far is accepted, so a token below it is
 //! expected to commit less than its row's time would elsewhere.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::corpus::CorpusIndex;
 use crate::draft::{Draft, DraftContext, DraftError, Drafter};
 use crate::TokenId;
 
+mod index;
 mod recall;
 
-/// Next-token counts per context.
-#[derive(Debug, Clone, Default)]
-pub struct SuffixIndex {
-    max_depth: usize,
-    next: HashMap<Vec<TokenId>, HashMap<TokenId, u32>>,
-}
-
-impl SuffixIndex {
-    pub fn new(max_depth: usize) -> Self {
-        Self {
-            max_depth: max_depth.max(1),
-            next: HashMap::new(),
-        }
-    }
-
-    /// Count the continuation `tokens[i]` of each context ending at i - 1.
-    fn add_range(&mut self, tokens: &[TokenId], from: usize, sign: i64) {
-        for i in from.max(1)..tokens.len() {
-            for d in 1..=self.max_depth.min(i) {
-                let ctx = tokens[i - d..i].to_vec();
-                let entry = self.next.entry(ctx).or_default();
-                let c = entry.entry(tokens[i]).or_insert(0);
-                *c = (*c as i64 + sign).max(0) as u32;
-            }
-        }
-        if sign < 0 {
-            self.next.retain(|_, m| {
-                m.retain(|_, c| *c > 0);
-                !m.is_empty()
-            });
-        }
-    }
-
-    /// Continuations of the deepest context of `history` this index has seen:
-    /// (depth, counts), or None.
-    fn lookup(&self, history: &[TokenId]) -> Option<(usize, &HashMap<TokenId, u32>)> {
-        (1..=self.max_depth.min(history.len()))
-            .rev()
-            .find_map(|d| self.next.get(&history[history.len() - d..]).map(|m| (d, m)))
-    }
-}
-
-/// Earlier requests' token sequences, bounded by a total token budget (oldest evicted).
-#[derive(Debug)]
-pub struct SuffixCache {
-    index: SuffixIndex,
-    docs: VecDeque<Vec<TokenId>>,
-    tokens: usize,
-    max_tokens: usize,
-}
-
-impl SuffixCache {
-    pub fn new(max_depth: usize, max_tokens: usize) -> Self {
-        Self {
-            index: SuffixIndex::new(max_depth),
-            docs: VecDeque::new(),
-            tokens: 0,
-            max_tokens,
-        }
-    }
-
-    /// Remember a finished request (prompt and output).
-    pub fn insert(&mut self, doc: Vec<TokenId>) {
-        if doc.len() > self.max_tokens {
-            return;
-        }
-        while self.tokens + doc.len() > self.max_tokens {
-            let Some(old) = self.docs.pop_front() else {
-                break;
-            };
-            self.tokens -= old.len();
-            self.index.add_range(&old, 0, -1);
-        }
-        self.index.add_range(&doc, 0, 1);
-        self.tokens += doc.len();
-        self.docs.push_back(doc);
-    }
-
-    pub fn len_tokens(&self) -> usize {
-        self.tokens
-    }
-}
+pub use index::{SuffixCache, SuffixIndex};
 
 /// Shared between the drafters of one scope (a process now, a tenant in the gateway).
 pub type SharedSuffixCache = Arc<Mutex<SuffixCache>>;
@@ -153,7 +73,7 @@ impl SuffixDrafter {
             self.indexed = 0;
         }
         self.history = tokens.to_vec();
-        self.local.add_range(&self.history, self.indexed, 1);
+        self.local.add_range(&self.history, self.indexed);
         self.indexed = self.history.len();
     }
 }
