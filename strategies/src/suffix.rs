@@ -21,7 +21,7 @@ use crate::TokenId;
 mod index;
 mod recall;
 
-pub use index::{SuffixCache, SuffixIndex};
+pub use index::{Counts, SuffixCache, SuffixIndex};
 
 /// Shared between the drafters of one scope (a process now, a tenant in the gateway).
 pub type SharedSuffixCache = Arc<Mutex<SuffixCache>>;
@@ -131,20 +131,32 @@ fn next_candidates(
     let s = shared.and_then(|s| s.lookup(ctx));
     let depth = l.map_or(0, |x| x.0).max(s.map_or(0, |x| x.0));
     let from_corpus = corpus.and_then(|c| c.best_next(ctx, depth));
-    let mut merged: HashMap<TokenId, u32> = HashMap::new();
-    for (d, m) in [l, s].into_iter().flatten() {
-        if d == depth {
-            for (&t, &c) in m {
-                *merged.entry(t).or_default() += c;
+    let at_depth: Vec<&Counts> = [l, s]
+        .into_iter()
+        .flatten()
+        .filter(|(d, _)| *d == depth)
+        .map(|(_, m)| m)
+        .collect();
+    // One list is read as it is; only the sequence's and its scope's counts at one depth
+    // are summed per token.
+    let summed: Counts;
+    let merged: &[(TokenId, u32)] = match at_depth[..] {
+        [one] => one,
+        _ => {
+            let mut sum: HashMap<TokenId, u32> = HashMap::new();
+            for &(t, c) in at_depth.iter().copied().flatten() {
+                *sum.entry(t).or_default() += c;
             }
+            summed = sum.into_iter().collect();
+            &summed
         }
-    }
-    let total: u32 = merged.values().sum();
+    };
+    let total: u32 = merged.iter().map(|&(_, c)| c).sum();
     // Highest count; the lowest id breaks a tie so proposals are deterministic.
     let own = merged
         .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(&token, &count)| SuffixStep {
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|&(token, count)| SuffixStep {
             token,
             share: count as f32 / total as f32,
             count,

@@ -24,23 +24,24 @@ impl SuffixCache {
         }
         let followed = |i: usize| {
             self.index
-                .next
-                .get(&prompt[i - depth..i])
-                .is_some_and(|m| m.contains_key(&prompt[i]))
+                .counts(&prompt[i - depth..i])
+                .is_some_and(|m| m.iter().any(|&(t, _)| t == prompt[i]))
         };
         if !(prompt.len() - RECALL_PROMPT_TAIL..prompt.len()).all(followed) {
             return 0;
         }
         let mut context = prompt[prompt.len() - depth..].to_vec();
         while context.len() - depth < limit {
-            let Some(counts) = self.index.next.get(&context[context.len() - depth..]) else {
+            let Some(counts) = self.index.counts(&context[context.len() - depth..]) else {
                 break;
             };
-            let total: u32 = counts.values().sum();
+            let total: u32 = counts.iter().map(|&(_, c)| c).sum();
             // Highest count; the lowest id breaks a tie, as drafting does.
-            let best = counts.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
+            let best = counts
+                .iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)));
             match best {
-                Some((&token, &count)) if 2 * count >= total => context.push(token),
+                Some(&(token, count)) if 2 * count >= total => context.push(token),
                 _ => break,
             }
         }
