@@ -131,25 +131,21 @@ fn next_candidates(
     let s = shared.and_then(|s| s.lookup(ctx));
     let depth = l.map_or(0, |x| x.0).max(s.map_or(0, |x| x.0));
     let from_corpus = corpus.and_then(|c| c.best_next(ctx, depth));
-    let at_depth: Vec<&Counts> = [l, s]
-        .into_iter()
-        .flatten()
-        .filter(|(d, _)| *d == depth)
-        .map(|(_, m)| m)
-        .collect();
+    let [l, s] = [l, s].map(|m| m.filter(|(d, _)| *d == depth).map(|(_, m)| m));
     // One list is read as it is; only the sequence's and its scope's counts at one depth
     // are summed per token.
     let summed: Counts;
-    let merged: &[(TokenId, u32)] = match at_depth[..] {
-        [one] => one,
-        _ => {
+    let merged: &[(TokenId, u32)] = match (l, s) {
+        (Some(a), Some(b)) => {
             let mut sum: HashMap<TokenId, u32> = HashMap::new();
-            for &(t, c) in at_depth.iter().copied().flatten() {
+            for &(t, c) in a.iter().chain(b) {
                 *sum.entry(t).or_default() += c;
             }
             summed = sum.into_iter().collect();
             &summed
         }
+        (Some(one), None) | (None, Some(one)) => one,
+        (None, None) => &[],
     };
     let total: u32 = merged.iter().map(|&(_, c)| c).sum();
     // Highest count; the lowest id breaks a tie so proposals are deterministic.
