@@ -84,6 +84,13 @@ pub struct ServeArgs {
     /// How often finished requests' history is written to the store, in ms.
     #[arg(long, default_value_t = 1000)]
     history_flush_ms: u64,
+    /// Tenants whose suffix caches (earlier requests' text, for suffix drafting and recall)
+    /// are kept; past that the least recently used tenant's is dropped.
+    #[arg(long, default_value_t = specgate::gateway::tenant_caches::SUFFIX_CACHE_TENANTS)]
+    suffix_cache_tenants: usize,
+    /// Tokens of earlier requests each tenant's suffix cache keeps (oldest evicted).
+    #[arg(long, default_value_t = specgate::gateway::tenant_caches::SUFFIX_CACHE_TOKENS)]
+    suffix_cache_tokens: usize,
     /// Requests one tenant may have in flight (0: unlimited); the admin API overrides it
     /// per tenant.
     #[arg(long, default_value_t = 32)]
@@ -175,6 +182,8 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         body_limit: args.body_limit,
         workers: args.workers,
         history_flush_ms: args.history_flush_ms,
+        suffix_cache_tenants: args.suffix_cache_tenants,
+        suffix_cache_tokens: args.suffix_cache_tokens,
         limits: specgate::quota::Limits {
             max_concurrent_requests: args.max_concurrent_per_tenant,
             tokens_per_minute: args.tokens_per_minute_per_tenant,

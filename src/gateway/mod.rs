@@ -17,6 +17,7 @@ pub mod router;
 pub mod server;
 pub mod shadow_check;
 pub mod strategy_actor;
+pub mod tenant_caches;
 pub mod tenants;
 pub mod tenants_api;
 pub mod validate;

@@ -72,6 +72,10 @@ pub struct ServeConfig {
     pub workers: usize,
     /// How often finished requests' history is written (a crash loses at most this much).
     pub history_flush_ms: u64,
+    /// Tenants whose suffix caches are kept (least recently used dropped first), and the
+    /// tokens each keeps.
+    pub suffix_cache_tenants: usize,
+    pub suffix_cache_tokens: usize,
     /// Per-tenant defaults; the admin API overrides them per tenant.
     pub limits: crate::quota::Limits,
     pub max_stop_strings: usize,
@@ -137,7 +141,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             _ => true,
         })
         .collect();
-    let suffix_caches = TenantSuffixCaches::default();
+    let suffix_caches = TenantSuffixCaches::new(cfg.suffix_cache_tenants, cfg.suffix_cache_tokens);
     let strategies: HashMap<_, _> = available
         .iter()
         .map(|&k| {

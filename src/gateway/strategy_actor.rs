@@ -3,26 +3,20 @@
 //! draft-model weights) and hands every request a drafter of its own.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use specgate_strategies::{
-    NgramDrafter, PlainDrafter, SharedCorpus, SharedSuffixCache, StrategyKind, SuffixCache,
-    SuffixRecorder, TokenId,
+    NgramDrafter, PlainDrafter, SharedCorpus, SharedSuffixCache, StrategyKind, SuffixRecorder,
+    TokenId,
 };
 
 use crate::faults::Faults;
 use crate::medusa_heads::MedusaBundle;
 use crate::model_drafter::{ModelDrafter, SharedModel};
-use crate::strategy::{suffix_drafter, BoxedDrafter, SUFFIX_MAX_DEPTH};
+use crate::strategy::{suffix_drafter, BoxedDrafter};
 
-/// Tokens of earlier requests each tenant's suffix cache keeps.
-pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
-
-/// Each tenant's cache of earlier requests' text, shared by the strategies that draft from
-/// one (suffix, suffix-medusa), so a route's traffic teaches one cache whichever of them the
-/// policy picked.
-pub type TenantSuffixCaches = Arc<Mutex<HashMap<String, SharedSuffixCache>>>;
+pub use super::tenant_caches::TenantSuffixCaches;
 
 /// Owns one strategy's shared state and builds drafters from it.
 pub struct StrategyActor {
@@ -66,21 +60,8 @@ impl StrategyActor {
     }
 
     /// The tenant's cache of earlier requests' text (created on first use).
-    fn suffix_cache(&mut self, tenant: String) -> SharedSuffixCache {
-        // A poisoned map still holds valid caches: a panic elsewhere must not stop drafting.
-        let mut caches = self
-            .suffix_caches
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        caches
-            .entry(tenant)
-            .or_insert_with(|| {
-                Arc::new(Mutex::new(SuffixCache::new(
-                    SUFFIX_MAX_DEPTH,
-                    SUFFIX_CACHE_TOKENS,
-                )))
-            })
-            .clone()
+    fn suffix_cache(&mut self, tenant: &str) -> SharedSuffixCache {
+        self.suffix_caches.get_or_create(tenant)
     }
 
     /// A drafter for one request of `tenant`: the suffix strategies draft from that tenant's
@@ -89,7 +70,7 @@ impl StrategyActor {
         let drafter = if self.kind.uses_suffix_cache() {
             self.build(tenant, seed)?
         } else {
-            let cache = self.suffix_cache(tenant.clone());
+            let cache = self.suffix_cache(&tenant);
             Box::new(SuffixRecorder::new(self.build(tenant, seed)?, cache))
         };
         Ok(self.faults.wrap(drafter))
@@ -98,14 +79,7 @@ impl StrategyActor {
     /// Tokens (up to `limit`) of an earlier answer to `prompt` in `tenant`'s cache (0 for a
     /// tenant with none yet: a lookup creates no cache).
     pub fn recall(&self, tenant: &str, prompt: &[TokenId], limit: usize) -> usize {
-        let cache = {
-            let caches = self
-                .suffix_caches
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            caches.get(tenant).cloned()
-        };
-        cache.map_or(0, |c| {
+        self.suffix_caches.get(tenant).map_or(0, |c| {
             let cache = c.lock().unwrap_or_else(|p| p.into_inner());
             cache.recall(prompt, limit)
         })
@@ -116,7 +90,7 @@ impl StrategyActor {
             StrategyKind::Plain => Box::new(PlainDrafter),
             StrategyKind::Ngram => Box::new(NgramDrafter::default()),
             StrategyKind::Suffix => Box::new(suffix_drafter(
-                Some(self.suffix_cache(tenant)),
+                Some(self.suffix_cache(&tenant)),
                 self.corpus.clone(),
             )),
             StrategyKind::Draft | StrategyKind::EarlyExit => {
@@ -131,7 +105,7 @@ impl StrategyActor {
                 let cache = self
                     .kind
                     .uses_suffix_cache()
-                    .then(|| self.suffix_cache(tenant));
+                    .then(|| self.suffix_cache(&tenant));
                 let b = self
                     .medusa
                     .as_ref()
@@ -270,6 +244,6 @@ mod tests {
         p.finish();
         assert_eq!(plain.recall("tenant-a", &prompt, 16), 16);
         assert_eq!(plain.recall("tenant-b", &prompt, 16), 0);
-        assert!(!caches.lock().unwrap().contains_key("tenant-b"));
+        assert!(caches.get("tenant-b").is_none());
     }
 }

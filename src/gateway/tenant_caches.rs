@@ -1,0 +1,120 @@
+//! Each tenant's suffix cache, shared by the strategy actors. At most `max_tenants` caches
+//! are kept, the least recently used tenant's dropped first: a full cache holds the counts
+//! of `tokens_per_tenant` tokens, so memory is bounded however many tenants the gateway
+//! serves. A request still drafting from a dropped cache keeps it until the request ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use specgate_strategies::{SharedSuffixCache, SuffixCache};
+
+use crate::strategy::SUFFIX_MAX_DEPTH;
+
+/// Tokens of earlier requests each tenant's cache keeps by default: a few hundred requests.
+/// The counts of model answers take about 376 bytes a token
+/// (`examples/suffix_cache_memory.rs`), so about 47 MiB a full cache.
+pub const SUFFIX_CACHE_TOKENS: usize = 1 << 17;
+/// Tenants whose caches are kept by default: about 1.5 GiB when all are full.
+pub const SUFFIX_CACHE_TENANTS: usize = 32;
+
+/// The tenants' caches (cheap to clone: clones share them).
+#[derive(Clone)]
+pub struct TenantSuffixCaches {
+    inner: Arc<Mutex<Caches>>,
+    max_tenants: usize,
+    tokens_per_tenant: usize,
+}
+
+#[derive(Default)]
+struct Caches {
+    /// Each tenant's cache and when it was last asked for.
+    by_tenant: HashMap<String, (SharedSuffixCache, u64)>,
+    clock: u64,
+}
+
+impl Default for TenantSuffixCaches {
+    fn default() -> Self {
+        Self::new(SUFFIX_CACHE_TENANTS, SUFFIX_CACHE_TOKENS)
+    }
+}
+
+impl TenantSuffixCaches {
+    pub fn new(max_tenants: usize, tokens_per_tenant: usize) -> Self {
+        Self {
+            inner: Arc::default(),
+            max_tenants: max_tenants.max(1),
+            tokens_per_tenant,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Caches> {
+        // A poisoned map still holds valid caches: a panic elsewhere must not stop drafting.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tenant's cache, created on first use (dropping the least recently used tenant's
+    /// when `max_tenants` are kept).
+    pub fn get_or_create(&self, tenant: &str) -> SharedSuffixCache {
+        let mut c = self.lock();
+        c.clock += 1;
+        let now = c.clock;
+        if let Some((cache, used)) = c.by_tenant.get_mut(tenant) {
+            *used = now;
+            return cache.clone();
+        }
+        if c.by_tenant.len() >= self.max_tenants {
+            let oldest = c
+                .by_tenant
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(t, _)| t.clone());
+            if let Some(t) = oldest {
+                c.by_tenant.remove(&t);
+                metrics::counter!("specgate_suffix_caches_dropped_total").increment(1);
+            }
+        }
+        let cache = Arc::new(Mutex::new(SuffixCache::new(
+            SUFFIX_MAX_DEPTH,
+            self.tokens_per_tenant,
+        )));
+        c.by_tenant.insert(tenant.to_string(), (cache.clone(), now));
+        cache
+    }
+
+    /// The tenant's cache if it has one (asking creates none and does not count as a use).
+    pub fn get(&self, tenant: &str) -> Option<SharedSuffixCache> {
+        self.lock().by_tenant.get(tenant).map(|(c, _)| c.clone())
+    }
+
+    /// Tenants with a cache.
+    pub fn len(&self) -> usize {
+        self.lock().by_tenant.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_recently_used_tenants_cache_is_dropped_first() {
+        let caches = TenantSuffixCaches::new(2, 100);
+        let a = caches.get_or_create("a");
+        a.lock().unwrap().insert(vec![1, 2, 3]);
+        caches.get_or_create("b");
+        // `a` is used again, so `b` is the least recently used when `c` arrives.
+        assert!(Arc::ptr_eq(&caches.get_or_create("a"), &a));
+        caches.get_or_create("c");
+        assert_eq!(caches.len(), 2);
+        assert!(caches.get("b").is_none());
+        let kept = caches.get("a").expect("a is kept");
+        assert_eq!(kept.lock().unwrap().len_tokens(), 3);
+        // Asking without creating neither creates nor refreshes.
+        assert!(caches.get("d").is_none());
+        assert_eq!(caches.len(), 2);
+    }
+}
