@@ -96,8 +96,9 @@ impl TenantSuffixCaches {
     }
 }
 
-/// Free a dropped tenant's counts on a thread of their own: freeing a full cache took
-/// 0.2-0.4 s, which on the actors' thread would stall every request's planning, and on the
+/// Free a dropped tenant's counts on a thread of their own: freeing a full 2^18-token cache
+/// of random tokens took 0.44 s, which on the actors' thread would stall every request's
+/// planning, and on the
 /// engine thread (where a request still drafting from it would drop the last handle) every
 /// sequence. A request still holding the cache then finds it empty and unable to grow.
 fn release(cache: SharedSuffixCache) {
