@@ -11,10 +11,10 @@ use specgate_strategies::{SharedSuffixCache, SuffixCache};
 use crate::strategy::SUFFIX_MAX_DEPTH;
 
 /// Tokens of earlier requests each tenant's cache keeps by default: a few hundred requests.
-/// The counts of model answers take about 376 bytes a token
-/// (`examples/suffix_cache_memory.rs`), so about 47 MiB a full cache.
+/// The counts of model answers take about 361 bytes a token
+/// (`examples/suffix_cache_memory.rs`), so about 45 MiB a full cache.
 pub const SUFFIX_CACHE_TOKENS: usize = 1 << 17;
-/// Tenants whose caches are kept by default: about 1.5 GiB when all are full.
+/// Tenants whose caches are kept by default: about 1.4 GiB when all are full.
 pub const SUFFIX_CACHE_TENANTS: usize = 32;
 
 /// The tenants' caches (cheap to clone: clones share them).
@@ -97,7 +97,7 @@ impl TenantSuffixCaches {
 }
 
 /// Free a dropped tenant's counts on a thread of their own: freeing a full 2^18-token cache
-/// of random tokens took 0.44 s, which on the actors' thread would stall every request's
+/// of random tokens took 28 ms, which on the actors' thread would stall every request's
 /// planning, and on the
 /// engine thread (where a request still drafting from it would drop the last handle) every
 /// sequence. A request still holding the cache then finds it empty and unable to grow.

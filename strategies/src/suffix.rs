@@ -21,7 +21,7 @@ use crate::TokenId;
 mod index;
 mod recall;
 
-pub use index::{Counts, SuffixCache, SuffixIndex};
+pub use index::{SuffixCache, SuffixIndex};
 
 /// Shared between the drafters of one scope (a process now, a tenant in the gateway).
 pub type SharedSuffixCache = Arc<Mutex<SuffixCache>>;
@@ -134,7 +134,7 @@ fn next_candidates(
     let [l, s] = [l, s].map(|m| m.filter(|(d, _)| *d == depth).map(|(_, m)| m));
     // One list is read as it is; only the sequence's and its scope's counts at one depth
     // are summed per token.
-    let summed: Counts;
+    let summed: Vec<(TokenId, u32)>;
     let merged: &[(TokenId, u32)] = match (l, s) {
         (Some(a), Some(b)) => {
             let mut sum: HashMap<TokenId, u32> = HashMap::new();

@@ -6,9 +6,62 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::TokenId;
 
-/// The continuations seen after one context with their counts: few per context (most have
-/// one), so a short list rather than a map.
-pub type Counts = Vec<(TokenId, u32)>;
+/// The continuations seen after one context, with their counts: few per context, so a
+/// short list rather than a map, and the most common case, one, inline: inserting a
+/// 300-token request took 0.60 ms with every list on the heap, 0.11 ms so, and freeing a
+/// full 2^18-token cache 0.44 s against 28 ms.
+#[derive(Debug, Clone)]
+enum Continuations {
+    One([(TokenId, u32); 1]),
+    Many(Vec<(TokenId, u32)>),
+}
+
+// The inline case costs nothing over a list: the list's pointer tells the two apart.
+const _: () = assert!(std::mem::size_of::<Continuations>() == std::mem::size_of::<Vec<u64>>());
+
+impl Continuations {
+    fn as_slice(&self) -> &[(TokenId, u32)] {
+        match self {
+            Self::One(one) => one,
+            Self::Many(many) => many,
+        }
+    }
+
+    fn add(&mut self, next: TokenId) {
+        match self {
+            Self::One([(t, c)]) if *t == next => *c += 1,
+            Self::One([seen]) => *self = Self::Many(vec![*seen, (next, 1)]),
+            Self::Many(many) => match many.iter_mut().find(|(t, _)| *t == next) {
+                Some((_, c)) => *c += 1,
+                None => many.push((next, 1)),
+            },
+        }
+    }
+
+    /// Take one count of `next` back; whether none is left.
+    fn take_back(&mut self, next: TokenId) -> bool {
+        match self {
+            Self::One([(t, c)]) => {
+                if *t == next {
+                    *c = c.saturating_sub(1);
+                }
+                *c == 0
+            }
+            Self::Many(many) => {
+                if let Some(j) = many.iter().position(|(t, _)| *t == next) {
+                    many[j].1 -= 1;
+                    if many[j].1 == 0 {
+                        many.swap_remove(j);
+                    }
+                }
+                if let [one] = many[..] {
+                    *self = Self::One([one]);
+                }
+                self.as_slice().is_empty()
+            }
+        }
+    }
+}
 
 /// Next-token counts per context, keyed by a 64-bit hash of the context: a key costs no
 /// allocation and no hashing of a token vector (inserting a 300-token request into a full
@@ -18,7 +71,7 @@ pub type Counts = Vec<(TokenId, u32)>;
 #[derive(Debug, Clone, Default)]
 pub struct SuffixIndex {
     pub(super) max_depth: usize,
-    next: HashMap<u64, Counts, BuildHasherDefault<KeyHasher>>,
+    next: HashMap<u64, Continuations, BuildHasherDefault<KeyHasher>>,
 }
 
 /// The key of `context`: its tokens folded from the last back, then mixed (the keys of a
@@ -85,11 +138,10 @@ impl SuffixIndex {
         for i in from.max(1)..tokens.len() {
             let next = tokens[i];
             for k in keys(tokens, i, self.max_depth) {
-                let counts = self.next.entry(k).or_default();
-                match counts.iter_mut().find(|(t, _)| *t == next) {
-                    Some((_, c)) => *c += 1,
-                    None => counts.push((next, 1)),
-                }
+                self.next
+                    .entry(k)
+                    .and_modify(|c| c.add(next))
+                    .or_insert(Continuations::One([(next, 1)]));
             }
         }
     }
@@ -100,16 +152,11 @@ impl SuffixIndex {
     pub(super) fn remove(&mut self, tokens: &[TokenId]) {
         for i in 1..tokens.len() {
             for k in keys(tokens, i, self.max_depth) {
-                let Some(counts) = self.next.get_mut(&k) else {
-                    continue;
-                };
-                if let Some(j) = counts.iter().position(|(t, _)| *t == tokens[i]) {
-                    counts[j].1 -= 1;
-                    if counts[j].1 == 0 {
-                        counts.swap_remove(j);
-                    }
-                }
-                if counts.is_empty() {
+                let emptied = self
+                    .next
+                    .get_mut(&k)
+                    .is_some_and(|c| c.take_back(tokens[i]));
+                if emptied {
                     self.next.remove(&k);
                 }
             }
@@ -117,18 +164,18 @@ impl SuffixIndex {
     }
 
     /// The continuations seen after exactly `context`.
-    pub(super) fn counts(&self, context: &[TokenId]) -> Option<&Counts> {
-        self.next.get(&key(context))
+    pub(super) fn counts(&self, context: &[TokenId]) -> Option<&[(TokenId, u32)]> {
+        self.next.get(&key(context)).map(Continuations::as_slice)
     }
 
     /// Continuations of the deepest context of `history` this index has seen:
     /// (depth, counts), or None. Every suffix of a counted context is counted, so the
     /// search stops at the first depth not seen.
-    pub(super) fn lookup(&self, history: &[TokenId]) -> Option<(usize, &Counts)> {
+    pub(super) fn lookup(&self, history: &[TokenId]) -> Option<(usize, &[(TokenId, u32)])> {
         let mut deepest = None;
         for (d, k) in keys(history, history.len(), self.max_depth).enumerate() {
             match self.next.get(&k) {
-                Some(counts) => deepest = Some((d + 1, counts)),
+                Some(counts) => deepest = Some((d + 1, counts.as_slice())),
                 None => break,
             }
         }
@@ -137,9 +184,9 @@ impl SuffixIndex {
 
     /// Every context's counts, sorted (tests compare indexes with it).
     #[cfg(test)]
-    fn sorted(&self) -> std::collections::BTreeMap<u64, Counts> {
-        let sort = |c: &Counts| {
-            let mut c = c.clone();
+    fn sorted(&self) -> std::collections::BTreeMap<u64, Vec<(TokenId, u32)>> {
+        let sort = |c: &Continuations| {
+            let mut c = c.as_slice().to_vec();
             c.sort_unstable();
             c
         };
