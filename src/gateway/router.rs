@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use actix::prelude::*;
 use specgate_policies::{
     default_plan, k_under_load, plan_for_prediction, plan_for_recall, Learner, LoadView,
-    Observation, RouteKey, RoutePolicy, SpecPlan,
+    Observation, RouteKey, RoutePolicy, SpecPlan, RECALL_MIN_TOKENS,
 };
 use specgate_strategies::StrategyKind;
 
@@ -110,8 +110,8 @@ pub struct PlanFor {
 pub struct Planned {
     pub plan: SpecPlan,
     pub shadow_rate: f64,
-    /// The plan drafts from a recalled answer instead of the route's learned plan: the
-    /// request's rounds say nothing of the route's usual text.
+    /// The plan drafts from a recalled answer (whether or not the route's learned plan
+    /// would have): the request's rounds say nothing of the route's usual text.
     pub recalled: bool,
 }
 
@@ -157,7 +157,11 @@ impl Router {
                     plan_for_prediction(learned, &limits, &load)
                 } else {
                     let plan = plan_for_recall(learned, msg.recalled, &limits, &load);
-                    recalled = plan != learned;
+                    // A repeat is kept from the learner whichever plan copies it, or its
+                    // near-perfect rounds would teach the route's suffix arm only once
+                    // suffix was already ahead.
+                    recalled =
+                        msg.recalled >= RECALL_MIN_TOKENS && plan.strategy.uses_suffix_cache();
                     plan
                 }
             }

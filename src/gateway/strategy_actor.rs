@@ -77,10 +77,19 @@ impl StrategyActor {
     }
 
     /// Tokens (up to `limit`) of an earlier answer to `prompt` in `tenant`'s cache (0 for a
-    /// tenant with none yet: a lookup creates no cache).
+    /// tenant with none yet: a lookup creates no cache). Best effort: a cache the engine
+    /// thread holds at that moment (drafting, indexing) recalls nothing rather than stall
+    /// the thread every actor's and the router's messages run on.
     pub fn recall(&self, tenant: &str, prompt: &[TokenId], limit: usize) -> usize {
         self.suffix_caches.get(tenant).map_or(0, |c| {
-            let cache = c.lock().unwrap_or_else(|p| p.into_inner());
+            let cache = match c.try_lock() {
+                Ok(cache) => cache,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    metrics::counter!("specgate_recall_busy_total").increment(1);
+                    return 0;
+                }
+            };
             cache.recall(prompt, limit)
         })
     }

@@ -67,20 +67,20 @@ impl Continuations {
 /// allocation and no hashing of a token vector (inserting a 300-token request into a full
 /// cache took 2.1 ms with vector keys on the engine thread). Two contexts sharing a key
 /// (about one pair in 10^7 at 2M contexts) can only make a draft wrong, which the target
-/// rejects.
+/// rejects. Each index folds from a random seed of its own, so a tenant cannot craft text
+/// whose contexts crowd one part of the table and slow every insert on the engine thread.
 #[derive(Debug, Clone, Default)]
 pub struct SuffixIndex {
     pub(super) max_depth: usize,
+    seed: u64,
     next: HashMap<u64, Continuations, BuildHasherDefault<KeyHasher>>,
 }
 
 /// The key of `context`: its tokens folded from the last back, then mixed (the keys of a
 /// position's contexts of depth 1, 2, … are the steps of one fold).
-pub(super) fn key(context: &[TokenId]) -> u64 {
-    finish(context.iter().rev().fold(SEED, |h, &t| fold(h, t)))
+fn key(seed: u64, context: &[TokenId]) -> u64 {
+    finish(context.iter().rev().fold(seed, |h, &t| fold(h, t)))
 }
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 #[inline]
 fn fold(h: u64, t: TokenId) -> u64 {
@@ -96,8 +96,13 @@ fn finish(mut x: u64) -> u64 {
 }
 
 /// The keys of the contexts of depth 1..=`max_depth` that end just before `tokens[end]`.
-fn keys(tokens: &[TokenId], end: usize, max_depth: usize) -> impl Iterator<Item = u64> + '_ {
-    let mut h = SEED;
+fn keys(
+    seed: u64,
+    tokens: &[TokenId],
+    end: usize,
+    max_depth: usize,
+) -> impl Iterator<Item = u64> + '_ {
+    let mut h = seed;
     (1..=max_depth.min(end)).map(move |d| {
         h = fold(h, tokens[end - d]);
         finish(h)
@@ -129,6 +134,7 @@ impl SuffixIndex {
     pub fn new(max_depth: usize) -> Self {
         Self {
             max_depth: max_depth.max(1),
+            seed: rand::random(),
             next: HashMap::default(),
         }
     }
@@ -137,7 +143,7 @@ impl SuffixIndex {
     pub(super) fn add_range(&mut self, tokens: &[TokenId], from: usize) {
         for i in from.max(1)..tokens.len() {
             let next = tokens[i];
-            for k in keys(tokens, i, self.max_depth) {
+            for k in keys(self.seed, tokens, i, self.max_depth) {
                 self.next
                     .entry(k)
                     .and_modify(|c| c.add(next))
@@ -151,7 +157,7 @@ impl SuffixIndex {
     /// whole index per eviction took 75 ms on the engine thread with a full 2^18-token cache.
     pub(super) fn remove(&mut self, tokens: &[TokenId]) {
         for i in 1..tokens.len() {
-            for k in keys(tokens, i, self.max_depth) {
+            for k in keys(self.seed, tokens, i, self.max_depth) {
                 let emptied = self
                     .next
                     .get_mut(&k)
@@ -165,7 +171,9 @@ impl SuffixIndex {
 
     /// The continuations seen after exactly `context`.
     pub(super) fn counts(&self, context: &[TokenId]) -> Option<&[(TokenId, u32)]> {
-        self.next.get(&key(context)).map(Continuations::as_slice)
+        self.next
+            .get(&key(self.seed, context))
+            .map(Continuations::as_slice)
     }
 
     /// Continuations of the deepest context of `history` this index has seen:
@@ -173,7 +181,7 @@ impl SuffixIndex {
     /// search stops at the first depth not seen.
     pub(super) fn lookup(&self, history: &[TokenId]) -> Option<(usize, &[(TokenId, u32)])> {
         let mut deepest = None;
-        for (d, k) in keys(history, history.len(), self.max_depth).enumerate() {
+        for (d, k) in keys(self.seed, history, history.len(), self.max_depth).enumerate() {
             match self.next.get(&k) {
                 Some(counts) => deepest = Some((d + 1, counts.as_slice())),
                 None => break,
@@ -251,7 +259,10 @@ mod tests {
         for d in &docs {
             cache.insert(d.clone());
         }
-        let mut want = SuffixIndex::new(3);
+        let mut want = SuffixIndex {
+            seed: cache.index.seed,
+            ..SuffixIndex::new(3)
+        };
         for d in &docs[1..] {
             want.add_range(d, 0);
         }
