@@ -1,6 +1,6 @@
 //! Runs one forward of n tokens after a cached prefix in a loop, for `perf record`:
-//! `cargo build --release --example profile_forward && perf record -g
-//! target/release/examples/profile_forward 8 300 400` (n, cached, repetitions).
+//! `cargo build --profile profiling --example profile_forward && perf record -g
+//! target/profiling/examples/profile_forward 8 300 400` (n, cached, repetitions).
 //! It prints the median milliseconds per forward so a profile can be read against it.
 
 use std::path::Path;
