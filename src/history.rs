@@ -92,15 +92,80 @@ pub struct HistoryRecord {
     /// kept, read as run alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_share: Option<f64>,
+    /// The part of these totals from requests the learner did not learn from (recalled
+    /// repeats, predicted outputs), so a restart's warm start leaves them out as well.
+    #[serde(default, skip_serializing_if = "Evidence::is_empty")]
+    pub unlearned: Evidence,
+}
+
+/// What the learner takes from a bucket: the counts that price a strategy on the route.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub requests: u64,
+    pub rounds: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub judged: u64,
+    pub draft_secs: f64,
+    pub verify_secs: f64,
+    /// Σ 1 / sequences, as [`HistoryRecord::load_share`].
+    pub load_share: f64,
+}
+
+impl Evidence {
+    pub fn is_empty(&self) -> bool {
+        self.requests == 0
+    }
+
+    fn add(&mut self, o: &Evidence) {
+        self.requests += o.requests;
+        self.rounds += o.rounds;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+        self.judged += o.judged;
+        self.draft_secs += o.draft_secs;
+        self.verify_secs += o.verify_secs;
+        self.load_share += o.load_share;
+    }
+
+    /// The count of sequences these requests typically ran with (harmonic mean; 1 if unknown).
+    pub fn sequences(&self) -> f64 {
+        if self.load_share > 0.0 && self.requests > 0 {
+            (self.requests as f64 / self.load_share).max(1.0)
+        } else {
+            1.0
+        }
+    }
 }
 
 impl HistoryRecord {
-    /// The count of sequences the bucket's requests typically ran with: the harmonic mean
-    /// over them (1 where it was not kept).
-    pub fn sequences(&self) -> f64 {
-        match self.load_share {
-            Some(w) if w > 0.0 && self.requests > 0 => (self.requests as f64 / w).max(1.0),
-            _ => 1.0,
+    /// The record's totals as evidence for the learner, all requests counted.
+    pub fn evidence(&self) -> Evidence {
+        Evidence {
+            requests: self.requests,
+            rounds: self.rounds,
+            drafted: self.drafted,
+            accepted: self.accepted,
+            judged: self.judged,
+            draft_secs: self.draft_secs,
+            verify_secs: self.verify_secs,
+            load_share: self.load_share.unwrap_or(self.requests as f64),
+        }
+    }
+
+    /// What the live learner learned from this bucket: the totals less the unlearned part.
+    pub fn learned(&self) -> Evidence {
+        let all = self.evidence();
+        let off = &self.unlearned;
+        Evidence {
+            requests: all.requests.saturating_sub(off.requests),
+            rounds: all.rounds.saturating_sub(off.rounds),
+            drafted: all.drafted.saturating_sub(off.drafted),
+            accepted: all.accepted.saturating_sub(off.accepted),
+            judged: all.judged.saturating_sub(off.judged),
+            draft_secs: (all.draft_secs - off.draft_secs).max(0.0),
+            verify_secs: (all.verify_secs - off.verify_secs).max(0.0),
+            load_share: (all.load_share - off.load_share).max(0.0),
         }
     }
 
@@ -130,6 +195,7 @@ impl HistoryRecord {
         self.itl.merge(&o.itl);
         self.shadow_checks += o.shadow_checks;
         self.shadow_mismatches += o.shadow_mismatches;
+        self.unlearned.add(&o.unlearned);
     }
 }
 
@@ -382,21 +448,56 @@ mod tests {
         // evidence weights add up.
         let mut busy = at(8, 16.0);
         busy.merge(&at(2, 1.0));
-        assert!((busy.sequences() - 10.0 / 2.5).abs() < 1e-12);
+        assert!((busy.evidence().sequences() - 10.0 / 2.5).abs() < 1e-12);
         // A record written before loads were kept counts its requests as run alone.
         let old = HistoryRecord {
             requests: 3,
             ..Default::default()
         };
-        assert_eq!(old.sequences(), 1.0);
+        assert_eq!(old.evidence().sequences(), 1.0);
         let mut mixed = old.clone();
         mixed.merge(&at(1, 16.0));
-        assert!((mixed.sequences() - 4.0 / (3.0 + 1.0 / 16.0)).abs() < 1e-12);
+        assert!((mixed.evidence().sequences() - 4.0 / (3.0 + 1.0 / 16.0)).abs() < 1e-12);
         // And it still reads: the field is optional in the stored JSON.
         let json = serde_json::to_string(&old).unwrap();
         assert!(!json.contains("load_share"));
         let back: HistoryRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(back, old);
+    }
+
+    #[test]
+    fn the_learned_part_of_a_bucket_leaves_out_what_the_learner_never_saw() {
+        let request = |judged, accepted, sequences: f64| HistoryRecord {
+            requests: 1,
+            rounds: 4,
+            drafted: judged,
+            accepted,
+            judged,
+            draft_secs: 0.01,
+            verify_secs: 0.02,
+            load_share: Some(1.0 / sequences),
+            ..Default::default()
+        };
+        let mut bucket = request(16, 8, 2.0);
+        let mut recalled = request(32, 30, 1.0);
+        recalled.unlearned = recalled.evidence();
+        bucket.merge(&recalled);
+        // Every total still counts the recalled repeat (analytics shows all traffic)...
+        assert_eq!(
+            (bucket.requests, bucket.judged, bucket.accepted),
+            (2, 48, 38)
+        );
+        // ...but the learner's part is the first request alone, with its load.
+        let learned = bucket.learned();
+        assert_eq!(learned, request(16, 8, 2.0).evidence());
+        assert!((learned.sequences() - 2.0).abs() < 1e-12);
+        // Stored and read back with the part kept; a bucket without one stores no field.
+        let back: HistoryRecord =
+            serde_json::from_str(&serde_json::to_string(&bucket).unwrap()).unwrap();
+        assert_eq!(back.learned(), learned);
+        assert!(!serde_json::to_string(&request(1, 1, 1.0))
+            .unwrap()
+            .contains("unlearned"));
     }
 
     #[test]

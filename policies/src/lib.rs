@@ -12,6 +12,9 @@ pub mod recall;
 pub mod step_costs;
 pub mod workload;
 
+#[cfg(test)]
+mod fixtures;
+
 pub use adaptive_k::{expected_speedup, AdaptiveK};
 pub use cost::LoadView;
 pub use learner::{Constraints, Learner, Observation, RouteKey};

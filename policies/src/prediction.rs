@@ -27,12 +27,29 @@ const FALLBACKS: [StrategyKind; 2] = [StrategyKind::Suffix, StrategyKind::Ngram]
 /// drafts from the prediction when doing so pays at `load`: one of the route's allowed
 /// lookups to fall back to, k by the cost model at [`PREDICTION_ALPHA`], adapted per round.
 pub fn plan_for_prediction(learned: SpecPlan, limits: &Constraints, load: &LoadView) -> SpecPlan {
-    if !learned.is_plain() || !limits.speculation || limits.k_max == 0 {
+    if !learned.is_plain() {
         return learned;
     }
     let Some(strategy) = FALLBACKS.into_iter().find(|s| limits.allowed.contains(s)) else {
         return learned;
     };
+    match k_for_known_answer(limits, load) {
+        Some(k) => SpecPlan {
+            strategy,
+            k,
+            adaptive: true,
+        },
+        None => learned,
+    }
+}
+
+/// The k at which drafting a known answer (a prediction, a recalled earlier answer),
+/// accepted at [`PREDICTION_ALPHA`] by a free lookup, pays at `load` by more than the
+/// learner's hysteresis; None where the policy or the load rules drafting out.
+pub(crate) fn k_for_known_answer(limits: &Constraints, load: &LoadView) -> Option<usize> {
+    if !limits.speculation || limits.k_max == 0 {
+        return None;
+    }
     let (k, value) = best_k(
         PREDICTION_ALPHA,
         DraftCost::PerRound(0.0),
@@ -40,37 +57,13 @@ pub fn plan_for_prediction(learned: SpecPlan, limits: &Constraints, load: &LoadV
         limits.k_min,
         limits.k_max,
     );
-    if value < HYSTERESIS {
-        return learned;
-    }
-    SpecPlan {
-        strategy,
-        k,
-        adaptive: true,
-    }
+    (value >= HYSTERESIS).then_some(k)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn limits(allowed: &[StrategyKind]) -> Constraints {
-        Constraints {
-            speculation: true,
-            allowed: allowed.to_vec(),
-            k_min: 1,
-            k_max: 8,
-            explore: true,
-        }
-    }
-
-    /// This CPU's step curve: t(n rows) ≈ 3.6 ms + 0.53 ms · n (`bench decode`).
-    fn load(sequences: usize) -> LoadView {
-        LoadView {
-            sequences,
-            step: Some((0.0036, 0.00053)),
-        }
-    }
+    use crate::fixtures::{limits, load};
 
     #[test]
     fn where_the_learner_chose_plain_an_idle_engine_drafts_from_the_prediction() {

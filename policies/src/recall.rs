@@ -9,10 +9,10 @@
 
 use specgate_strategies::StrategyKind;
 
-use crate::cost::{DraftCost, LoadView};
-use crate::learner::{best_k, plan, Constraints, HYSTERESIS};
+use crate::cost::LoadView;
+use crate::learner::{plan, Constraints};
 use crate::plan::SpecPlan;
-use crate::prediction::PREDICTION_ALPHA;
+use crate::prediction::k_for_known_answer;
 
 /// The fewest tokens of an earlier answer that make a prompt recalled: a shorter run is
 /// what different prompts with one ending share (a code fence, a greeting).
@@ -28,11 +28,7 @@ pub fn plan_for_recall(
     limits: &Constraints,
     load: &LoadView,
 ) -> SpecPlan {
-    if recalled < RECALL_MIN_TOKENS
-        || learned.strategy.uses_suffix_cache()
-        || !limits.speculation
-        || limits.k_max == 0
-    {
+    if recalled < RECALL_MIN_TOKENS || learned.strategy.uses_suffix_cache() {
         return learned;
     }
     let preferred = match learned.strategy.uses_medusa() {
@@ -42,40 +38,17 @@ pub fn plan_for_recall(
     let Some(strategy) = preferred.into_iter().find(|s| limits.allowed.contains(s)) else {
         return learned;
     };
-    let drafting = best_k(
-        PREDICTION_ALPHA,
-        DraftCost::PerRound(0.0),
-        load,
-        limits.k_min,
-        limits.k_max,
-    );
-    if drafting.1 < HYSTERESIS {
-        return learned;
+    // The drafter prices each token it drafts from the cache, so k is only the route's cap.
+    match k_for_known_answer(limits, load) {
+        Some(_) => plan(strategy, limits.k_max, limits),
+        None => learned,
     }
-    plan(strategy, limits.k_max, limits)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn limits(allowed: &[StrategyKind]) -> Constraints {
-        Constraints {
-            speculation: true,
-            allowed: allowed.to_vec(),
-            k_min: 1,
-            k_max: 8,
-            explore: true,
-        }
-    }
-
-    /// This CPU's step curve: t(n rows) ≈ 3.6 ms + 0.53 ms · n (`bench decode`).
-    fn load(sequences: usize) -> LoadView {
-        LoadView {
-            sequences,
-            step: Some((0.0036, 0.00053)),
-        }
-    }
+    use crate::fixtures::{limits, load};
 
     fn learned(strategy: StrategyKind) -> SpecPlan {
         SpecPlan {

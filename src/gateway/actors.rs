@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use specgate_policies::{SpecPlan, RECALL_MIN_TOKENS};
-use specgate_strategies::{PlainDrafter, PredictionDrafter, StrategyKind};
+use specgate_strategies::{PlainDrafter, PredictionDrafter, StrategyKind, RECALL_PROMPT_TAIL};
 
 use crate::logprobs::TokenLogprob;
 use tokio::sync::{mpsc, oneshot};
@@ -28,7 +28,7 @@ use crate::engine::{
 };
 use crate::generate::GenerateParams;
 use crate::history::{HistoryKey, HistoryRecord, LatencyHistogram};
-use crate::strategy::BoxedDrafter;
+use crate::strategy::{BoxedDrafter, SUFFIX_MAX_DEPTH};
 use specgate_strategies::TokenId;
 
 /// What a request actor passes on to the HTTP side.
@@ -166,9 +166,11 @@ impl Actor for RequestActor {
         .then(|| strategies.get(&StrategyKind::Suffix).cloned())
         .flatten()
         .map(|actor| {
+            // Recall reads only the prompt's last tokens and their contexts.
+            let window = RECALL_PROMPT_TAIL + SUFFIX_MAX_DEPTH;
             let msg = Recall {
                 tenant: route.tenant.clone(),
-                prompt: job.prompt.clone(),
+                prompt: job.prompt[job.prompt.len().saturating_sub(window)..].to_vec(),
                 limit: RECALL_MIN_TOKENS,
             };
             (actor, msg)
@@ -309,7 +311,7 @@ impl RequestActor {
             s.plan.k,
             now,
         );
-        let record = HistoryRecord {
+        let mut record = HistoryRecord {
             requests: 1,
             prompt_tokens: s.prompt_tokens as u64,
             tokens_out: s.completion_tokens as u64,
@@ -327,6 +329,9 @@ impl RequestActor {
             load_share: Some(1.0 / s.sequences.max(1.0)),
             ..Default::default()
         };
+        if self.off_route {
+            record.unlearned = record.evidence();
+        }
         Record { key, record }
     }
 }

@@ -53,7 +53,8 @@ impl Router {
             let rec: HistoryRecord = serde_json::from_slice(&v).ok()?;
             Some((key, rec))
         }) {
-            if key.start + window < now || rec.judged == 0 {
+            let learned = rec.learned();
+            if key.start + window < now || learned.judged == 0 {
                 continue;
             }
             let route = RouteKey {
@@ -64,13 +65,13 @@ impl Router {
                 &route,
                 &Observation {
                     strategy: key.strategy,
-                    rounds: rec.rounds,
-                    drafted: rec.drafted,
-                    accepted: rec.accepted,
-                    judged: rec.judged,
-                    draft_secs: rec.draft_secs,
-                    verify_secs: rec.verify_secs,
-                    sequences: typical(rec.sequences()),
+                    rounds: learned.rounds,
+                    drafted: learned.drafted,
+                    accepted: learned.accepted,
+                    judged: learned.judged,
+                    draft_secs: learned.draft_secs,
+                    verify_secs: learned.verify_secs,
+                    sequences: typical(learned.sequences()),
                 },
             );
             seen += 1;

@@ -129,25 +129,29 @@ mod tests {
 
     #[test]
     fn a_round_cut_short_by_the_end_counts_only_what_was_output() {
-        let mut s = SpecStats::default();
         let ms = Duration::from_millis(1);
-        s.record_round(4, 2, ms, ms);
-        // 4 drafts all accepted, but the sequence ended at the second.
-        s.record_round(4, 4, ms, ms);
-        s.trim_last_round(4, 4, 2);
-        assert_eq!(
-            (s.drafted, s.accepted, s.verified, s.committed),
-            (6, 4, 5, 5)
-        );
-        assert_eq!(s.accepted_per_pos, vec![2, 2, 0, 0]);
-        // 6 drafts, the third rejected, the end at the first.
-        s.record_round(6, 2, ms, ms);
-        s.trim_last_round(6, 2, 1);
-        assert_eq!(
-            (s.drafted, s.accepted, s.verified, s.committed),
-            (7, 5, 6, 6)
-        );
-        assert_eq!(s.accepted_per_pos, vec![3, 2, 0, 0]);
+        // (drafted, accepted, output) of a round after one of 4 drafts with 2 accepted →
+        // (drafted, accepted, judged, committed) in all, and the acceptance per position.
+        let cases = [
+            // All 4 accepted, the end at the second.
+            ((4, 4, 2), (6, 4, 5, 5), vec![2, 2, 0, 0]),
+            // 6 drafted, the third rejected, the end at the first.
+            ((6, 2, 1), (5, 3, 4, 4), vec![2, 1]),
+            // The end at the last accepted draft: only the round's correction is dropped.
+            ((3, 2, 2), (6, 4, 5, 5), vec![2, 2]),
+        ];
+        for ((drafted, accepted, used), totals, per_pos) in cases {
+            let mut s = SpecStats::default();
+            s.record_round(4, 2, ms, ms);
+            s.record_round(drafted, accepted, ms, ms);
+            s.trim_last_round(drafted, accepted, used);
+            let got = (s.drafted, s.accepted, s.verified, s.committed);
+            assert_eq!(got, totals, "{drafted}/{accepted} ending at {used}");
+            assert_eq!(
+                s.accepted_per_pos, per_pos,
+                "{drafted}/{accepted} at {used}"
+            );
+        }
     }
 
     #[test]

@@ -12,7 +12,8 @@ use crate::TokenId;
 pub const RECALL_PROMPT_TAIL: usize = 24;
 
 impl SuffixCache {
-    /// Tokens (up to `limit`) of an earlier continuation of `prompt` that the cache holds: 0
+    /// Tokens (up to `limit`) of an earlier continuation of `prompt` that the cache holds (only
+    /// its last `max_depth` + [`RECALL_PROMPT_TAIL`] tokens are read): 0
     /// unless the prompt's last [`RECALL_PROMPT_TAIL`] tokens each followed their full-depth
     /// context before; then how far a continuation runs while each step's full-depth context
     /// has one continuation with at least half of its count. (Half, not more: an answer that
@@ -82,6 +83,9 @@ mod tests {
         assert_eq!(cache.recall(&prompt(&edited), 16), 0);
         // Nor a prompt too short to check.
         assert_eq!(cache.recall(&first[first.len() - 20..], 16), 0);
+        // Only the last depth + tail tokens are read (the gateway sends no more).
+        let window = &first[first.len() - (8 + RECALL_PROMPT_TAIL)..];
+        assert_eq!(cache.recall(window, 100), 40);
     }
 
     #[test]
