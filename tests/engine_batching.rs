@@ -178,6 +178,25 @@ fn the_engine_times_its_steps_before_serving() {
     assert_eq!(status.kv_bytes.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
+/// Drafts nothing, and only once its gate opens (its sender dropped): a request that keeps
+/// its engine slot for as long as a test needs.
+struct GateDrafter(std::sync::mpsc::Receiver<()>);
+
+impl specgate_strategies::Drafter for GateDrafter {
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+
+    fn propose(
+        &mut self,
+        _ctx: &specgate_strategies::DraftContext<'_>,
+        _max_draft_tokens: usize,
+    ) -> Result<specgate_strategies::Draft, specgate_strategies::DraftError> {
+        let _ = self.0.recv_timeout(Duration::from_secs(30));
+        Ok(specgate_strategies::Draft::empty())
+    }
+}
+
 #[test]
 fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
     let (_dir, lm) = tiny_model();
@@ -186,6 +205,8 @@ fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
         EngineConfig {
             max_sequences: 1,
             queue_capacity: 1,
+            // Draft however full the engine is, so the gated request reaches its drafter.
+            spec_off_occupancy: 10.0,
             ..EngineConfig::default()
         },
     )
@@ -200,21 +221,25 @@ fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
     drop(rx);
     wait_until("the abandoned sequence to leave", || live() == 0);
 
-    // One slot, one queue place: the third request at once is refused.
-    let mut keep = Vec::new();
+    // One slot, one queue place: the third request at once is refused. The first holds
+    // the slot until the gate opens (the tiny model would otherwise finish it at once).
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let (mut sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);
+    sub.drafter = Box::new(GateDrafter(gate));
+    engine.submit(sub).unwrap();
+    let mut keep = vec![rx];
+    wait_until("the gated request to hold the slot", || live() == 1);
     let mut refused = 0;
-    for _ in 0..3 {
-        let (sub, rx) = submission(&engine, vec![3, 4, 5], 60, false);
+    for _ in 0..2 {
+        let (sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);
         match engine.submit(sub) {
             Ok(()) => keep.push(rx),
             Err(SubmitError::QueueFull { .. }) => refused += 1,
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(
-        refused >= 1,
-        "one slot and one queue place cannot take three"
-    );
+    assert_eq!(refused, 1, "one slot and one queue place cannot take three");
+    drop(open);
     for mut rx in keep {
         collect(&mut rx);
     }
