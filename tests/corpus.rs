@@ -120,7 +120,11 @@ fn tenant_run(set: &str, corpus: Option<SharedCorpus>) -> (usize, usize) {
     let lm = &mut *lm;
     let cache = Arc::new(Mutex::new(SuffixCache::new(SUFFIX_MAX_DEPTH, 1 << 16)));
     let mut drafter = suffix_drafter(Some(cache), corpus);
-    let params = |k| GenerateParams::greedy(64, k);
+    // A fixed row price, so both runs draft by the same rule whatever the machine's timing.
+    let params = |k| GenerateParams {
+        row_cost: Some(0.2),
+        ..GenerateParams::greedy(64, k)
+    };
     let (mut tokens, mut passes) = (0, 0);
     for prompt in prompts {
         let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)]).unwrap();

@@ -108,12 +108,25 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
                 .collect()
         })
         .collect();
+    // The first request's first draft holds the engine until all six are in, so they share
+    // steps however fast the tiny model runs.
     let mut pending = Vec::new();
+    let mut open = None;
     for (i, p) in prompts.iter().enumerate() {
-        let (sub, rx) = submission(&engine, p.clone(), 20, i % 2 == 0);
-        engine.submit(sub).unwrap();
+        let (mut sub, rx) = submission(&engine, p.clone(), 20, i % 2 == 0);
+        if i == 0 {
+            let (drafter, held, key) = gated(sub.drafter);
+            sub.drafter = Box::new(drafter);
+            engine.submit(sub).unwrap();
+            held.recv_timeout(Duration::from_secs(30))
+                .expect("the first request never drafted");
+            open = Some(key);
+        } else {
+            engine.submit(sub).unwrap();
+        }
         pending.push((p.clone(), i % 2 == 0, rx));
     }
+    drop(open);
     let mut shared = 0;
     for (prompt, ngram, mut rx) in pending {
         let (text, summary) = collect(&mut rx);
@@ -178,22 +191,59 @@ fn the_engine_times_its_steps_before_serving() {
     assert_eq!(status.kv_bytes.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
-/// Drafts nothing, and only once its gate opens (its sender dropped): a request that keeps
-/// its engine slot for as long as a test needs.
-struct GateDrafter(std::sync::mpsc::Receiver<()>);
+/// Wraps a drafter: its first proposal says so on `entered`, then waits until the gate
+/// opens (its sender dropped) before drafting as the wrapped one does. The engine thread waits
+/// with it, so the test decides what happens before the engine moves on, however fast the
+/// tiny model runs.
+struct Gated {
+    inner: Box<dyn specgate_strategies::Drafter + Send>,
+    entered: std::sync::mpsc::SyncSender<()>,
+    gate: std::sync::mpsc::Receiver<()>,
+}
 
-impl specgate_strategies::Drafter for GateDrafter {
+/// A gated drafter, the signal that it holds the engine, and the gate's key.
+fn gated(
+    inner: Box<dyn specgate_strategies::Drafter + Send>,
+) -> (
+    Gated,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (entered, held) = std::sync::mpsc::sync_channel(1);
+    let (key, gate) = std::sync::mpsc::channel();
+    (
+        Gated {
+            inner,
+            entered,
+            gate,
+        },
+        held,
+        key,
+    )
+}
+
+impl specgate_strategies::Drafter for Gated {
     fn name(&self) -> &'static str {
-        "gate"
+        self.inner.name()
     }
 
     fn propose(
         &mut self,
-        _ctx: &specgate_strategies::DraftContext<'_>,
-        _max_draft_tokens: usize,
+        ctx: &specgate_strategies::DraftContext<'_>,
+        max_draft_tokens: usize,
     ) -> Result<specgate_strategies::Draft, specgate_strategies::DraftError> {
-        let _ = self.0.recv_timeout(Duration::from_secs(30));
-        Ok(specgate_strategies::Draft::empty())
+        let _ = self.entered.try_send(());
+        // Returns at once from the gate's opening on.
+        let _ = self.gate.recv_timeout(Duration::from_secs(30));
+        self.inner.propose(ctx, max_draft_tokens)
+    }
+
+    fn wrapped(&self) -> Option<&dyn specgate_strategies::Drafter> {
+        Some(&*self.inner)
+    }
+
+    fn wrapped_mut(&mut self) -> Option<&mut dyn specgate_strategies::Drafter> {
+        Some(&mut *self.inner)
     }
 }
 
@@ -223,12 +273,15 @@ fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
 
     // One slot, one queue place: the third request at once is refused. The first holds
     // the slot until the gate opens (the tiny model would otherwise finish it at once).
-    let (open, gate) = std::sync::mpsc::channel::<()>();
     let (mut sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);
-    sub.drafter = Box::new(GateDrafter(gate));
+    let (drafter, held, open) = gated(sub.drafter);
+    sub.drafter = Box::new(drafter);
     engine.submit(sub).unwrap();
     let mut keep = vec![rx];
-    wait_until("the gated request to hold the slot", || live() == 1);
+    // Once it drafts, it holds the only slot (the abandoned request is gone) and the engine
+    // waits on it.
+    held.recv_timeout(Duration::from_secs(30))
+        .expect("the gated request never drafted");
     let mut refused = 0;
     for _ in 0..2 {
         let (sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);

@@ -359,60 +359,10 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(sampled(json!({"seed": 7})), sampled(json!({"seed": 7})));
 }
 
-#[test]
-fn a_full_queue_answers_429_with_retry_after() {
-    let s = Server::start(&["--max-sequences", "1", "--queue-capacity", "1"]);
-    let key = s.tenant("acme");
-    let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 48,
-                      "temperature": 0});
-    let send = |body: &Value| match ureq::post(&s.url("/v1/completions"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .send_json(body.clone())
-    {
-        Ok(r) => (r.status(), None),
-        Err(ureq::Error::Status(code, r)) => (code, r.header("retry-after").map(str::to_string)),
-        Err(e) => panic!("{e}"),
-    };
-    let results: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
-        // One long request takes the only slot first...
-        let mut long = body.clone();
-        long["max_tokens"] = json!(160);
-        let send = &send;
-        let first = scope.spawn(move || send(&long));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while s.metric("specgate_live_sequences") < 1.0 {
-            assert!(Instant::now() < deadline, "the first request never started");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // ...then four at once: one waits in the queue, the rest are refused.
-        let hs: Vec<_> = (0..4).map(|_| scope.spawn(|| send(&body))).collect();
-        let mut all = vec![first.join().unwrap()];
-        all.extend(hs.into_iter().map(|h| h.join().unwrap()));
-        all
-    });
-    let ok = results.iter().filter(|r| r.0 == 200).count();
-    let limited: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
-    assert!(
-        ok >= 2,
-        "one running and one queued must finish: {results:?}"
-    );
-    assert!(
-        !limited.is_empty(),
-        "five at once with one slot and one queue place: {results:?}"
-    );
-    assert!(
-        limited.iter().all(|r| r.1.is_some()),
-        "429 carries Retry-After"
-    );
-    assert_eq!(ok + limited.len(), 5, "{results:?}");
-}
-
-#[test]
-fn a_client_that_leaves_a_non_streamed_request_frees_its_sequence() {
-    // Nothing is written to a non-streamed client until the end, so only the socket's close
-    // can tell the server it left: the generation must stop then, not at max_tokens.
-    let s = Server::start(&[]);
-    let key = s.tenant("leaver");
+/// A non-streamed request that runs far longer than any test waits (2048 tokens of
+/// counting), sent on a raw socket and started: it holds a batch slot until the socket is
+/// dropped, which is the only way a non-streamed client can tell the server it left.
+fn hold_a_slot(s: &Server, key: &str) -> TcpStream {
     let addr = s.base.trim_start_matches("http://");
     let mut sock = TcpStream::connect(addr).unwrap();
     let body = json!({"model": s.model_id, "max_tokens": 2048, "temperature": 0,
@@ -425,19 +375,80 @@ fn a_client_that_leaves_a_non_streamed_request_frees_its_sequence() {
         body.len()
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while s.metric("specgate_live_sequences") < 1.0 {
         assert!(Instant::now() < deadline, "the request never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    sock
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() {
+    let s = Server::start(&["--max-sequences", "1", "--queue-capacity", "1"]);
+    let key = s.tenant("acme");
+    let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 16,
+                      "temperature": 0});
+    let send = |body: &Value| match ureq::post(&s.url("/v1/completions"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .send_json(body.clone())
+    {
+        Ok(r) => (r.status(), None),
+        Err(ureq::Error::Status(code, r)) => (code, r.header("retry-after").map(str::to_string)),
+        Err(e) => panic!("{e}"),
+    };
+    // One request holds the only slot for as long as the test needs...
+    let held = hold_a_slot(&s, &key);
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
+        // ...then four at once: one waits in the queue, the rest are refused at once.
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let r = send(&body);
+                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    r
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while answered.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+            assert!(Instant::now() < deadline, "the refusals never came");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The holder leaves: the queued request gets the slot and finishes.
+        drop(held);
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = results.iter().filter(|r| r.0 == 200).count();
+    let limited: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
+    assert_eq!(
+        (ok, limited.len()),
+        (1, 3),
+        "one slot held, one queue place, four at once: {results:?}"
+    );
+    assert!(
+        limited.iter().all(|r| r.1.is_some()),
+        "429 carries Retry-After"
+    );
+}
+
+#[test]
+fn a_client_that_leaves_a_non_streamed_request_frees_its_sequence() {
+    // Nothing is written to a non-streamed client until the end, so only the socket's close
+    // can tell the server it left: the generation must stop then, not at max_tokens.
+    let s = Server::start(&[]);
+    let key = s.tenant("leaver");
+    let sock = hold_a_slot(&s, &key);
     let cancelled = s
         .metric_if_exported("specgate_requests_cancelled_total")
         .unwrap_or(0.0);
     drop(sock);
     let left = Instant::now();
     while s.metric("specgate_live_sequences") > 0.0 {
+        // Far less than the 2048 tokens would take, with room for a loaded machine.
         assert!(
-            left.elapsed() < Duration::from_secs(3),
+            left.elapsed() < Duration::from_secs(30),
             "the abandoned request still runs"
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -466,12 +477,14 @@ fn a_held_answer_still_times_its_first_token_and_each_token_after() {
     assert_eq!(status, 200, "{v}");
     let n = v["usage"]["completion_tokens"].as_u64().unwrap() as f64;
     let ttft = s.metric("specgate_time_to_first_token_seconds_sum");
-    assert!(ttft > 0.0 && ttft < e2e / 4.0, "TTFT {ttft} s of {e2e} s");
+    // Bounds loose enough for a loaded machine, tight enough to tell commit-time timing
+    // (TTFT a small part, ITL most of the run) from arrival-time timing (ITL near 0).
+    assert!(ttft > 0.0 && ttft < e2e / 2.0, "TTFT {ttft} s of {e2e} s");
     assert_eq!(
         s.metric("specgate_inter_token_latency_seconds_count"),
         n - 1.0,
         "one inter-token latency per token after the first"
     );
     let itl = s.metric("specgate_inter_token_latency_seconds_sum");
-    assert!(itl > e2e / 2.0 && itl < e2e, "ITL sum {itl} s of {e2e} s");
+    assert!(itl > e2e / 4.0 && itl < e2e, "ITL sum {itl} s of {e2e} s");
 }

@@ -278,16 +278,9 @@ impl Handler<ShadowResult> for Router {
     fn handle(&mut self, msg: ShadowResult, _: &mut Context<Self>) {
         let (tenant, class) = (msg.route.tenant.clone(), msg.route.class);
         let label = msg.outcome.label();
-        metrics::counter!(
-            "specgate_shadow_checks_total",
-            "tenant" => tenant.clone(),
-            "class" => class.name(),
-            "strategy" => msg.strategy.name(),
-            "result" => label
-        )
-        .increment(1);
         let mismatch = matches!(msg.outcome, ShadowOutcome::Mismatch { .. });
         let now = crate::clock::unix_now();
+        // The record goes first, so whoever sees the counter finds it in the history too.
         self.history.do_send(Record {
             key: HistoryKey::minute(&tenant, class, msg.strategy, 0, now),
             record: HistoryRecord {
@@ -296,6 +289,14 @@ impl Handler<ShadowResult> for Router {
                 ..Default::default()
             },
         });
+        metrics::counter!(
+            "specgate_shadow_checks_total",
+            "tenant" => tenant.clone(),
+            "class" => class.name(),
+            "strategy" => msg.strategy.name(),
+            "result" => label
+        )
+        .increment(1);
         if !mismatch {
             return;
         }
