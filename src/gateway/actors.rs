@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use specgate_policies::{SpecPlan, RECALL_MIN_TOKENS};
-use specgate_strategies::{PlainDrafter, PredictionDrafter, StrategyKind, RECALL_PROMPT_TAIL};
+use specgate_strategies::{PredictionDrafter, StrategyKind, RECALL_PROMPT_TAIL};
 
 use crate::logprobs::TokenLogprob;
 use tokio::sync::{mpsc, oneshot};
@@ -221,10 +221,10 @@ impl Actor for RequestActor {
             // A drafter that cannot be built costs the request its speculation, not its answer.
             let (plan, drafter) = match drafter {
                 Ok(d) => (plan, d),
-                Err(why) => {
+                Err(unavailable) => {
                     metrics::counter!("specgate_drafter_build_failures_total").increment(1);
-                    log_drafter_unavailable(&why);
-                    (SpecPlan::PLAIN, Box::new(PlainDrafter) as BoxedDrafter)
+                    log_drafter_unavailable(&unavailable.why);
+                    (SpecPlan::PLAIN, unavailable.plain)
                 }
             };
             // A prediction drafts first wherever the plan drafts at all (the router plans a

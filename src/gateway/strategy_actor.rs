@@ -65,15 +65,20 @@ impl StrategyActor {
     }
 
     /// A drafter for one request of `tenant`: the suffix strategies draft from that tenant's
-    /// cache only, and every strategy's request leaves its text there for later ones.
-    pub fn checkout(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
-        let drafter = if self.kind.uses_suffix_cache() {
-            self.build(tenant, seed)?
-        } else {
-            let cache = self.suffix_cache(&tenant);
-            Box::new(SuffixRecorder::new(self.build(tenant, seed)?, cache))
-        };
-        Ok(self.faults.wrap(drafter))
+    /// cache only, and every strategy's request leaves its text there for later ones, a
+    /// request whose drafter could not be built (it runs plain) included.
+    pub fn checkout(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, Unavailable> {
+        let cache = self.suffix_cache(&tenant);
+        match self.build(tenant, seed) {
+            Ok(drafter) if self.kind.uses_suffix_cache() => Ok(self.faults.wrap(drafter)),
+            Ok(drafter) => Ok(self
+                .faults
+                .wrap(Box::new(SuffixRecorder::new(drafter, cache)))),
+            Err(why) => Err(Unavailable {
+                why,
+                plain: Box::new(SuffixRecorder::new(Box::new(PlainDrafter), cache)),
+            }),
+        }
     }
 
     /// Tokens (up to `limit`) of an earlier answer to `prompt` in `tenant`'s cache (0 for a
@@ -125,20 +130,33 @@ impl StrategyActor {
     }
 }
 
+/// A strategy whose drafter could not be built for a request: why, and the plain decoding
+/// the request runs instead, which still leaves its text in the tenant's suffix cache.
+pub struct Unavailable {
+    pub why: String,
+    pub plain: BoxedDrafter,
+}
+
+impl std::fmt::Debug for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "drafter unavailable: {}", self.why)
+    }
+}
+
 impl Actor for StrategyActor {
     type Context = Context<Self>;
 }
 
 /// A drafter for one request of `tenant`.
 #[derive(Message)]
-#[rtype(result = "Result<BoxedDrafter, String>")]
+#[rtype(result = "Result<BoxedDrafter, Unavailable>")]
 pub struct Checkout {
     pub tenant: String,
     pub seed: u64,
 }
 
 impl Handler<Checkout> for StrategyActor {
-    type Result = Result<BoxedDrafter, String>;
+    type Result = Result<BoxedDrafter, Unavailable>;
 
     fn handle(&mut self, msg: Checkout, _: &mut Context<Self>) -> Self::Result {
         self.checkout(msg.tenant, msg.seed)
@@ -237,6 +255,31 @@ mod tests {
         assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());
         let mut b = suffix.checkout("tenant-b".into(), 0).unwrap();
         assert!(draft(&mut b, &full[..5]).is_empty());
+    }
+
+    /// A strategy that cannot build its drafter (no Medusa heads loaded) says why, and the
+    /// plain decoding its request runs instead still feeds the tenant's cache.
+    #[test]
+    fn a_request_whose_drafter_cannot_be_built_still_feeds_its_tenants_cache() {
+        let caches = TenantSuffixCaches::default();
+        let mut medusa = StrategyActor::new(StrategyKind::Medusa, None, Faults::default())
+            .with_suffix_caches(caches.clone());
+        let mut suffix = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
+            .with_suffix_caches(caches);
+        let full: Vec<TokenId> = vec![11, 12, 13, 14, 901, 902, 903, 904, 905];
+        let Err(unavailable) = medusa.checkout("tenant-a".into(), 0) else {
+            panic!("Medusa drafted without heads");
+        };
+        assert!(unavailable.why.contains("Medusa"), "{}", unavailable.why);
+        let mut p = unavailable.plain;
+        assert!(
+            draft(&mut p, &full).is_empty(),
+            "the fallback drafts nothing"
+        );
+        with_ctx(&full, |ctx| p.on_commit(ctx, 0));
+        p.finish();
+        let mut a = suffix.checkout("tenant-a".into(), 0).unwrap();
+        assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());
     }
 
     /// A prompt a tenant sent before is recalled from its own cache only, and asking does
