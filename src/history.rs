@@ -99,7 +99,9 @@ pub struct HistoryRecord {
 }
 
 /// What the learner takes from a bucket: the counts that price a strategy on the route.
+/// Every field defaults, so a field added later still reads the buckets stored before it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Evidence {
     pub requests: u64,
     pub rounds: u64,

@@ -174,8 +174,9 @@ fn a_prediction_drafts_on_a_route_whose_learner_chose_plain_decoding() {
     assert_eq!(v["choices"][0]["message"]["content"], want, "{v}");
     assert_eq!(strategy(&v).as_deref(), Some("ngram"), "{v}");
     let passes = v["usage"]["speculative"]["target_passes"].as_u64().unwrap();
-    // k adapts to measured pass times; even at k = 1 a right prediction halves the passes.
-    assert!(passes * 2 <= n + 1, "{passes} passes for {n} tokens: {v}");
+    // k adapts to measured pass times, so the bound is loose: a right prediction drafted
+    // one token a round (the prompt's pass, then two tokens a round) already meets it.
+    assert!(passes * 2 <= n + 2, "{passes} passes for {n} tokens: {v}");
     // The route itself stays plain: predicted requests do not teach its learner.
     assert_eq!(strategy(&creative(json!({}))).as_deref(), Some("plain"));
 }
