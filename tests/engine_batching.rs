@@ -345,7 +345,14 @@ fn a_draft_models_cache_counts_against_the_kv_budget() {
     engine.submit(plain).expect("fits the target's cache alone");
     collect(&mut rx);
     let (mut drafted, mut rx) = submission(&engine, prompt.clone(), max_tokens, false);
-    drafted.drafter = Box::new(drafter());
+    // Recorded for the tenant's suffix cache, as the gateway's strategies are.
+    let cache = std::sync::Arc::new(std::sync::Mutex::new(
+        specgate_strategies::suffix::SuffixCache::new(8, 1 << 12),
+    ));
+    drafted.drafter = Box::new(specgate_strategies::SuffixRecorder::new(
+        Box::new(drafter()),
+        cache.clone(),
+    ));
     drafted.plan = SpecPlan {
         strategy: StrategyKind::Draft,
         k: 0,
@@ -357,6 +364,9 @@ fn a_draft_models_cache_counts_against_the_kv_budget() {
         .expect("runs without its draft model");
     let (_, summary) = collect(&mut rx);
     assert_eq!(summary.plan, SpecPlan::PLAIN);
+    // Its text still reached the tenant's cache: the prompt and every token it generated.
+    let cached = cache.lock().unwrap().len_tokens();
+    assert_eq!(cached, prompt.len() + summary.stats.committed as usize + 1);
     // Too large even for the target's cache alone: refused outright.
     let (mut huge, _rx) = submission(&engine, prompt, max_tokens + 1, false);
     huge.drafter = Box::new(drafter());

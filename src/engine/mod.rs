@@ -15,7 +15,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use specgate_policies::{Load, SpecPlan, StepCosts, WorkloadClass};
-use specgate_strategies::{SpecStats, TokenId};
+use specgate_strategies::{PlainDrafter, SpecStats, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::generate::GenerateParams;
@@ -276,7 +276,9 @@ impl EngineHandle {
         let budget = self.config.kv_budget_bytes;
         let mut needed = kv_reservation(&sub, self.kv_bytes_per_token);
         if needed > budget && sub.drafter.kv_bytes_per_token() > 0 {
-            sub.drafter = Box::new(specgate_strategies::PlainDrafter);
+            // Plain, but the drafter still sees the sequence (the tenant's suffix recorder).
+            let drafter = std::mem::replace(&mut sub.drafter, Box::new(PlainDrafter));
+            sub.drafter = Box::new(specgate_strategies::NoDrafts(drafter));
             sub.plan = SpecPlan::PLAIN;
             sub.params.max_draft_tokens = 0;
             needed = kv_reservation(&sub, self.kv_bytes_per_token);

@@ -166,6 +166,41 @@ impl Drafter for PlainDrafter {
     }
 }
 
+/// Plain decoding over a drafter that must not draft (its cache does not fit) but whose
+/// bookkeeping must go on: commits and the end still reach it (a suffix recorder caches the
+/// request's text), while it proposes nothing, reserves no cache and reports no record.
+pub struct NoDrafts(pub Box<dyn Drafter + Send>);
+
+impl Drafter for NoDrafts {
+    fn name(&self) -> &'static str {
+        "plain"
+    }
+
+    fn propose(&mut self, _: &DraftContext<'_>, _: usize) -> Result<Draft, DraftError> {
+        Ok(Draft::empty())
+    }
+
+    fn kv_bytes_per_token(&self) -> usize {
+        0
+    }
+
+    fn track_record(&self) -> Option<TrackRecord> {
+        None
+    }
+
+    fn prediction_tokens(&self) -> Option<crate::prediction::PredictionTokens> {
+        None
+    }
+
+    fn wrapped(&self) -> Option<&dyn Drafter> {
+        Some(&*self.0)
+    }
+
+    fn wrapped_mut(&mut self) -> Option<&mut dyn Drafter> {
+        Some(&mut *self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +282,19 @@ mod tests {
         assert_eq!(w.kv_bytes_per_token(), 7);
         assert_eq!(w.track_record().map(|r| r.judged), Some(3.0));
         assert_eq!(w.prediction_tokens(), None);
+        // Told to draft nothing, it still hears the sequence, and reserves and reports nothing.
+        let mut quiet = NoDrafts(Box::new(Recording::default()));
+        assert!(quiet.propose(&ctx, 4).unwrap().tokens.is_empty());
+        quiet.on_commit(&ctx, 0);
+        quiet.finish();
+        assert_eq!(quiet.kv_bytes_per_token(), 0);
+        assert_eq!(quiet.track_record(), None);
+        let inner = quiet.wrapped().unwrap();
+        assert_eq!(
+            inner.kv_bytes_per_token(),
+            7,
+            "the inner drafter is the one wrapped"
+        );
         // A drafter that wraps nothing keeps the neutral defaults.
         assert_eq!(PlainDrafter.kv_bytes_per_token(), 0);
         assert_eq!(PlainDrafter.track_record(), None);

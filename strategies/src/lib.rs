@@ -22,7 +22,7 @@ pub mod verify;
 pub type TokenId = u32;
 
 pub use corpus::CorpusIndex;
-pub use draft::{Draft, DraftContext, DraftError, Drafter, PlainDrafter, TrackRecord};
+pub use draft::{Draft, DraftContext, DraftError, Drafter, NoDrafts, PlainDrafter, TrackRecord};
 pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
 pub use kind::{StrategyKind, UnknownStrategy};
 pub use medusa::{LmHead, MedusaDrafter, MedusaHeads};
