@@ -86,6 +86,11 @@ mod tests {
         // Only the last depth + tail tokens are read (the gateway sends no more).
         let window = &first[first.len() - (8 + RECALL_PROMPT_TAIL)..];
         assert_eq!(cache.recall(window, 100), 40);
+        assert_eq!(
+            cache.recall(&window[1..], 100),
+            0,
+            "and a token less is too short"
+        );
     }
 
     #[test]
