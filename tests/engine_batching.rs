@@ -113,14 +113,9 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
     let mut pending = Vec::new();
     let mut open = None;
     for (i, p) in prompts.iter().enumerate() {
-        let (mut sub, rx) = submission(&engine, p.clone(), 20, i % 2 == 0);
+        let (sub, rx) = submission(&engine, p.clone(), 20, i % 2 == 0);
         if i == 0 {
-            let (drafter, held, key) = gated(sub.drafter);
-            sub.drafter = Box::new(drafter);
-            engine.submit(sub).unwrap();
-            held.recv_timeout(Duration::from_secs(30))
-                .expect("the first request never drafted");
-            open = Some(key);
+            open = Some(submit_gated(&engine, sub));
         } else {
             engine.submit(sub).unwrap();
         }
@@ -201,25 +196,20 @@ struct Gated {
     gate: std::sync::mpsc::Receiver<()>,
 }
 
-/// A gated drafter, the signal that it holds the engine, and the gate's key.
-fn gated(
-    inner: Box<dyn specgate_strategies::Drafter + Send>,
-) -> (
-    Gated,
-    std::sync::mpsc::Receiver<()>,
-    std::sync::mpsc::Sender<()>,
-) {
+/// Submits `sub` with its drafter gated and waits until its first proposal holds the engine:
+/// the engine thread goes on only once the returned key is dropped.
+fn submit_gated(engine: &EngineHandle, mut sub: Submission) -> std::sync::mpsc::Sender<()> {
     let (entered, held) = std::sync::mpsc::sync_channel(1);
     let (key, gate) = std::sync::mpsc::channel();
-    (
-        Gated {
-            inner,
-            entered,
-            gate,
-        },
-        held,
-        key,
-    )
+    sub.drafter = Box::new(Gated {
+        inner: sub.drafter,
+        entered,
+        gate,
+    });
+    engine.submit(sub).unwrap();
+    held.recv_timeout(Duration::from_secs(30))
+        .expect("the gated request never drafted");
+    key
 }
 
 impl specgate_strategies::Drafter for Gated {
@@ -273,15 +263,11 @@ fn an_abandoned_request_is_freed_and_admission_refuses_what_cannot_fit() {
 
     // One slot, one queue place: the third request at once is refused. The first holds
     // the slot until the gate opens (the tiny model would otherwise finish it at once).
-    let (mut sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);
-    let (drafter, held, open) = gated(sub.drafter);
-    sub.drafter = Box::new(drafter);
-    engine.submit(sub).unwrap();
-    let mut keep = vec![rx];
+    let (sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);
     // Once it drafts, it holds the only slot (the abandoned request is gone) and the engine
     // waits on it.
-    held.recv_timeout(Duration::from_secs(30))
-        .expect("the gated request never drafted");
+    let open = submit_gated(&engine, sub);
+    let mut keep = vec![rx];
     let mut refused = 0;
     for _ in 0..2 {
         let (sub, rx) = submission(&engine, vec![3, 4, 5], 60, true);

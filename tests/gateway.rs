@@ -130,13 +130,12 @@ fn chat_and_completions_equal_generate_streamed_or_not_whatever_the_strategy() {
     assert_eq!(models["data"][0]["id"], s.model_id.as_str());
 }
 
-/// A streaming request over a raw socket, dropped after the first bytes of its answer.
-fn disconnect_mid_stream(s: &Server, key: &str) {
+/// A completions request written on a raw socket, so the test decides when the client leaves
+/// (dropping the socket).
+fn raw_completion(s: &Server, key: &str, body: Value) -> TcpStream {
     let addr = s.base.trim_start_matches("http://");
     let mut sock = TcpStream::connect(addr).unwrap();
-    let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 1500,
-                      "temperature": 0, "stream": true})
-    .to_string();
+    let body = body.to_string();
     write!(
         sock,
         "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
@@ -144,6 +143,14 @@ fn disconnect_mid_stream(s: &Server, key: &str) {
         body.len()
     )
     .unwrap();
+    sock
+}
+
+/// A streaming request over a raw socket, dropped after the first bytes of its answer.
+fn disconnect_mid_stream(s: &Server, key: &str) {
+    let body = json!({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 1500,
+                      "temperature": 0, "stream": true});
+    let mut sock = raw_completion(s, key, body);
     let mut buf = [0u8; 2048];
     let n = sock.read(&mut buf).unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
@@ -363,18 +370,9 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
 /// raw socket and started: it holds a batch slot until it ends or the socket is dropped,
 /// which is the only way a non-streamed client can tell the server it left.
 fn hold_a_slot(s: &Server, key: &str) -> TcpStream {
-    let addr = s.base.trim_start_matches("http://");
-    let mut sock = TcpStream::connect(addr).unwrap();
     let body = json!({"model": s.model_id, "max_tokens": 2048, "temperature": 0,
-                      "prompt": "Count from 1 to 5000, one number per line:\n1\n2\n3\n"})
-    .to_string();
-    write!(
-        sock,
-        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+                      "prompt": "Count from 1 to 5000, one number per line:\n1\n2\n3\n"});
+    let sock = raw_completion(s, key, body);
     let deadline = Instant::now() + Duration::from_secs(30);
     while s.metric("specgate_live_sequences") < 1.0 {
         assert!(Instant::now() < deadline, "the request never started");

@@ -201,6 +201,20 @@ mod tests {
         })
     }
 
+    /// One actor per kind, all over one set of tenant caches (as the gateway builds them).
+    fn sharing_caches<const N: usize>(kinds: [StrategyKind; N]) -> [StrategyActor; N] {
+        let caches = TenantSuffixCaches::default();
+        kinds.map(|kind| {
+            StrategyActor::new(kind, None, Faults::default()).with_suffix_caches(caches.clone())
+        })
+    }
+
+    /// A request of `tokens` run through `d` to its end (its text reaches the cache).
+    fn run_to_end(mut d: BoxedDrafter, tokens: &[TokenId]) {
+        with_ctx(tokens, |ctx| d.on_commit(ctx, 0));
+        d.finish();
+    }
+
     fn draft(d: &mut BoxedDrafter, tokens: &[TokenId]) -> Vec<TokenId> {
         with_ctx(tokens, |ctx| {
             d.propose(ctx, 8).map(|d| d.tokens).unwrap_or_default()
@@ -211,11 +225,7 @@ mod tests {
     /// through another actor sharing the caches (as suffix and suffix-medusa do).
     #[test]
     fn a_tenants_suffix_cache_never_drafts_for_another() {
-        let caches = TenantSuffixCaches::default();
-        let mut teacher = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
-            .with_suffix_caches(caches.clone());
-        let mut actor = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
-            .with_suffix_caches(caches);
+        let [mut teacher, mut actor] = sharing_caches([StrategyKind::Suffix, StrategyKind::Suffix]);
         let lead: Vec<TokenId> = vec![11, 12, 13, 14];
         let secret: Vec<TokenId> = vec![901, 902, 903, 904, 905];
         let mut a = teacher.checkout("tenant-a".into(), 0).unwrap();
@@ -242,15 +252,9 @@ mod tests {
     /// for the tenant's later suffix drafting, and only the tenant's.
     #[test]
     fn every_strategys_requests_feed_their_tenants_suffix_cache() {
-        let caches = TenantSuffixCaches::default();
-        let mut plain = StrategyActor::new(StrategyKind::Plain, None, Faults::default())
-            .with_suffix_caches(caches.clone());
-        let mut suffix = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
-            .with_suffix_caches(caches);
+        let [mut plain, mut suffix] = sharing_caches([StrategyKind::Plain, StrategyKind::Suffix]);
         let full: Vec<TokenId> = vec![11, 12, 13, 14, 901, 902, 903, 904, 905];
-        let mut p = plain.checkout("tenant-a".into(), 0).unwrap();
-        with_ctx(&full, |ctx| p.on_commit(ctx, 0));
-        p.finish();
+        run_to_end(plain.checkout("tenant-a".into(), 0).unwrap(), &full);
         let mut a = suffix.checkout("tenant-a".into(), 0).unwrap();
         assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());
         let mut b = suffix.checkout("tenant-b".into(), 0).unwrap();
@@ -261,11 +265,7 @@ mod tests {
     /// plain decoding its request runs instead still feeds the tenant's cache.
     #[test]
     fn a_request_whose_drafter_cannot_be_built_still_feeds_its_tenants_cache() {
-        let caches = TenantSuffixCaches::default();
-        let mut medusa = StrategyActor::new(StrategyKind::Medusa, None, Faults::default())
-            .with_suffix_caches(caches.clone());
-        let mut suffix = StrategyActor::new(StrategyKind::Suffix, None, Faults::default())
-            .with_suffix_caches(caches);
+        let [mut medusa, mut suffix] = sharing_caches([StrategyKind::Medusa, StrategyKind::Suffix]);
         let full: Vec<TokenId> = vec![11, 12, 13, 14, 901, 902, 903, 904, 905];
         let Err(unavailable) = medusa.checkout("tenant-a".into(), 0) else {
             panic!("Medusa drafted without heads");
@@ -276,8 +276,7 @@ mod tests {
             draft(&mut p, &full).is_empty(),
             "the fallback drafts nothing"
         );
-        with_ctx(&full, |ctx| p.on_commit(ctx, 0));
-        p.finish();
+        run_to_end(p, &full);
         let mut a = suffix.checkout("tenant-a".into(), 0).unwrap();
         assert_eq!(draft(&mut a, &full[..5]), full[5..].to_vec());
     }
@@ -291,9 +290,7 @@ mod tests {
             .with_suffix_caches(caches.clone());
         let prompt: Vec<TokenId> = (100..160).collect();
         let full: Vec<TokenId> = prompt.iter().copied().chain(500..540).collect();
-        let mut p = plain.checkout("tenant-a".into(), 0).unwrap();
-        with_ctx(&full, |ctx| p.on_commit(ctx, 0));
-        p.finish();
+        run_to_end(plain.checkout("tenant-a".into(), 0).unwrap(), &full);
         assert_eq!(plain.recall("tenant-a", &prompt, 16), 16);
         assert_eq!(plain.recall("tenant-b", &prompt, 16), 0);
         assert!(caches.get("tenant-b").is_none());
