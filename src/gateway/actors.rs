@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use specgate_policies::{SpecPlan, RECALL_MIN_TOKENS};
-use specgate_strategies::{PredictionDrafter, StrategyKind, RECALL_PROMPT_TAIL};
+use specgate_strategies::{recall_window, PredictionDrafter, StrategyKind};
 
 use crate::logprobs::TokenLogprob;
 use tokio::sync::{mpsc, oneshot};
@@ -166,11 +166,9 @@ impl Actor for RequestActor {
         .then(|| strategies.get(&StrategyKind::Suffix).cloned())
         .flatten()
         .map(|actor| {
-            // Recall reads only the prompt's last tokens and their contexts.
-            let window = RECALL_PROMPT_TAIL + SUFFIX_MAX_DEPTH;
             let msg = Recall {
                 tenant: route.tenant.clone(),
-                prompt: job.prompt[job.prompt.len().saturating_sub(window)..].to_vec(),
+                prompt: recall_window(&job.prompt, SUFFIX_MAX_DEPTH).to_vec(),
                 limit: RECALL_MIN_TOKENS,
             };
             (actor, msg)

@@ -32,8 +32,8 @@ pub use recorder::SuffixRecorder;
 pub use sampling::{argmax, sample_from, SamplingError, SamplingParams};
 pub use stats::{expected_tokens_per_pass, judged_positions, predicted_speedup, SpecStats};
 pub use suffix::{
-    SharedCorpus, SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex, SuffixStep,
-    RECALL_PROMPT_TAIL,
+    recall_window, SharedCorpus, SharedSuffixCache, SuffixCache, SuffixDrafter, SuffixIndex,
+    SuffixStep, RECALL_PROMPT_TAIL,
 };
 pub use tree::{build_tree, select_tree, verify_tree_greedy, DraftTree, PoolNode, TreeVerdict};
 pub use verify::{accept_or_recover, verify, verify_greedy, Verdict};

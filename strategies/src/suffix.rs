@@ -22,7 +22,7 @@ mod index;
 mod recall;
 
 pub use index::{SuffixCache, SuffixIndex};
-pub use recall::RECALL_PROMPT_TAIL;
+pub use recall::{recall_window, RECALL_PROMPT_TAIL};
 
 /// Shared between the drafters of one scope (a process now, a tenant in the gateway).
 pub type SharedSuffixCache = Arc<Mutex<SuffixCache>>;

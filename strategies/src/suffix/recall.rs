@@ -11,13 +11,20 @@ use crate::TokenId;
 /// index's depth alone says little.
 pub const RECALL_PROMPT_TAIL: usize = 24;
 
+/// The part of `prompt` that [`SuffixCache::recall`] reads from a cache of `max_depth`: its
+/// last [`RECALL_PROMPT_TAIL`] tokens and their contexts. A caller that sends the prompt
+/// elsewhere to be recalled need send no more.
+pub fn recall_window(prompt: &[TokenId], max_depth: usize) -> &[TokenId] {
+    &prompt[prompt.len().saturating_sub(max_depth + RECALL_PROMPT_TAIL)..]
+}
+
 impl SuffixCache {
-    /// Tokens (up to `limit`) of an earlier continuation of `prompt` that the cache holds (only
-    /// its last `max_depth` + [`RECALL_PROMPT_TAIL`] tokens are read): 0
-    /// unless the prompt's last [`RECALL_PROMPT_TAIL`] tokens each followed their full-depth
-    /// context before; then how far a continuation runs while each step's full-depth context
-    /// has one continuation with at least half of its count. (Half, not more: an answer that
-    /// copies a line of its prompt meets that line's context with two continuations.)
+    /// Tokens (up to `limit`) of an earlier continuation of `prompt` that the cache holds
+    /// (only its [`recall_window`] is read): 0 unless the prompt's last
+    /// [`RECALL_PROMPT_TAIL`] tokens each followed their full-depth context before; then how
+    /// far a continuation runs while each step's full-depth context has one continuation with
+    /// at least half of its count. (Half, not more: an answer that copies a line of its prompt
+    /// meets that line's context with two continuations.)
     pub fn recall(&self, prompt: &[TokenId], limit: usize) -> usize {
         let depth = self.index.max_depth;
         if prompt.len() < depth + RECALL_PROMPT_TAIL {
@@ -84,7 +91,8 @@ mod tests {
         // Nor a prompt too short to check.
         assert_eq!(cache.recall(&first[first.len() - 20..], 16), 0);
         // Only the last depth + tail tokens are read (the gateway sends no more).
-        let window = &first[first.len() - (8 + RECALL_PROMPT_TAIL)..];
+        let window = recall_window(&first, 8);
+        assert_eq!(window.len(), 8 + RECALL_PROMPT_TAIL);
         assert_eq!(cache.recall(window, 100), 40);
         assert_eq!(
             cache.recall(&window[1..], 100),
