@@ -5,9 +5,9 @@ use std::path::Path;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
-use specgate::chat::ChatMessage;
-use specgate::loaded::LoadedModel;
-use specgate::medusa_heads;
+use specgate::heads::bundle;
+use specgate::model::chat_template::ChatMessage;
+use specgate::model::loaded::LoadedModel;
 use specgate::model::{
     lm_head_tensor, select_rows, BatchItem, ForwardOptions, Linear, LogitRows, MatmulBackend,
 };
@@ -17,7 +17,7 @@ fn main() -> anyhow::Result<()> {
     let per_set: usize = std::env::args().nth(1).map_or(Ok(6), |s| s.parse())?;
     let path = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let mut lm = LoadedModel::load(path)?;
-    let bundle = medusa_heads::load(&medusa_heads::default_dir(path), path)?;
+    let bundle = bundle::load(&bundle::default_dir(path), path)?;
     let (head, _) = lm_head_tensor(path)?;
     let q8 = select_rows(&head, bundle.draft_vocab.ids())?;
     let q4 = QTensor::quantize(&q8.dequantize(&Device::Cpu)?, GgmlDType::Q4_0)?;

@@ -4,14 +4,14 @@
 use std::path::Path;
 use std::time::Instant;
 
-use specgate::loaded::LoadedModel;
-use specgate::medusa_heads;
+use specgate::heads::bundle;
+use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
 
 fn main() -> anyhow::Result<()> {
     let path = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let mut lm = LoadedModel::load(path)?;
-    let bundle = medusa_heads::load(&medusa_heads::default_dir(path), path)?;
+    let bundle = bundle::load(&bundle::default_dir(path), path)?;
     let mut f32_heads = (*bundle.heads).clone();
     f32_heads.q8.clear();
     let text = "The quick brown fox jumps over the lazy dog while the cat watches. ";

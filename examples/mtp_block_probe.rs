@@ -28,8 +28,8 @@ use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use specgate::chat::ChatMessage;
-use specgate::loaded::LoadedModel;
+use specgate::model::chat_template::ChatMessage;
+use specgate::model::loaded::LoadedModel;
 use specgate::model::{BatchItem, ForwardOptions, LogitRows};
 use specgate_strategies::argmax;
 
@@ -434,7 +434,7 @@ fn main() -> Result<()> {
                 &rope.0.narrow(0, 0, n)?,
                 &rope.1.narrow(0, 0, n)?,
             )?;
-            let l = specgate::heads_trainer::masked_cross_entropy(&logits, &y)?;
+            let l = specgate::heads::trainer::masked_cross_entropy(&logits, &y)?;
             loss = (loss + l)?;
         }
         let loss = (loss / batch as f64)?;

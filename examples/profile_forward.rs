@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use specgate::loaded::LoadedModel;
+use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
 
 fn main() -> anyhow::Result<()> {

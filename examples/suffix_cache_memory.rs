@@ -18,8 +18,9 @@ fn rss_mib() -> anyhow::Result<f64> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let lm =
-        specgate::loaded::LoadedModel::load(Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+    let lm = specgate::model::loaded::LoadedModel::load(Path::new(
+        "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+    ))?;
     let corpus =
         std::fs::read_to_string("strategies/data/corpus/SmolLM2-135M-Instruct.Q4_1.jsonl")?;
     let mut docs = Vec::new();

@@ -14,10 +14,10 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use specgate::chat::ChatMessage;
-use specgate::generate::{generate, GenerateParams};
-use specgate::loaded::LoadedModel;
-use specgate::prompts::load_prompt_sets;
+use specgate::engine::generate::{generate, GenerateParams};
+use specgate::model::chat_template::ChatMessage;
+use specgate::model::loaded::LoadedModel;
+use specgate::tools::prompts::load_prompt_sets;
 use specgate_strategies::draft::{DraftContext, Drafter, PlainDrafter};
 use specgate_strategies::suffix::{SuffixCache, SuffixDrafter, TOKENS_PER_PASS_FORGONE};
 use specgate_strategies::{SamplingParams, SharedCorpus, TokenId};
@@ -172,7 +172,8 @@ fn main() -> anyhow::Result<()> {
         Some(path) => {
             let model = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
             let lm = LoadedModel::load(model)?;
-            let c = specgate::answer_corpus::load(Path::new(&path), model, &lm.tokenizer, 8)?;
+            let c =
+                specgate::drafting::answer_corpus::load(Path::new(&path), model, &lm.tokenizer, 8)?;
             println!("corpus: {} tokens", c.len_tokens());
             Some(c)
         }

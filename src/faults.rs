@@ -5,7 +5,7 @@
 
 use specgate_strategies::{Draft, DraftContext, DraftError, Drafter, TrackRecord};
 
-use crate::strategy::BoxedDrafter;
+use crate::drafting::registry::BoxedDrafter;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {

@@ -1,44 +1,26 @@
 //! specgate: a multi-tenant LLM gateway with exact speculative decoding.
 //!
-//! This crate holds the target engine (our own llama forward on candle), the tokenizer and
-//! chat template, generation, model fetching and the benchmarks; the pure speculative core
-//! lives in `specgate-strategies`, compute kernels in `specgate-kernels`.
+//! The folders read as the path of a request:
+//! - [`gateway`]: HTTP (actix-web) and the actors — request, planner, strategy, history writer;
+//! - [`engine`]: the one thread that owns the target and batches every live sequence;
+//! - [`drafting`]: building a strategy's drafter (the registry), model drafters, the guard;
+//! - [`model`]: the target behind the device seam ([`model::TargetBackend`]), tokenizer, chat;
+//! - [`store`]: tenants, keys, policies and history behind the store seam;
+//! - [`heads`]: Medusa heads — serving, training, calibration;
+//! - [`tools`]: benchmarks, the load generator, the soak, policy files.
+//!
+//! The pure speculative core lives in `specgate-strategies`, the policy engine in
+//! `specgate-policies`, compute kernels in `specgate-kernels`.
 
-pub mod answer_corpus;
-pub mod bench;
-pub mod bench_policy;
-pub mod bench_spec;
-pub mod chat;
 pub mod clock;
-pub mod draft_vocab;
-mod drafter_guard;
+pub mod drafting;
 pub mod engine;
 pub mod faults;
-pub mod fetch;
 pub mod gateway;
-pub mod generate;
-pub mod heads_calibration;
-pub mod heads_trainer;
-pub mod history;
-pub mod loaded;
-pub mod loadgen;
-pub mod loadgen_report;
-pub mod logprobs;
-pub mod medusa_heads;
+pub mod heads;
 pub mod model;
-pub mod model_drafter;
-pub mod policy_io;
-pub mod policy_store;
-pub mod prompts;
-pub mod quota;
-pub mod sequence;
-pub mod shadow;
-pub mod soak;
-pub mod soak_client;
-pub mod stop;
-pub mod strategy;
+pub mod store;
 pub mod telemetry;
-pub mod tokenizer;
-pub mod train_heads;
+pub mod tools;
 
 pub use specgate_strategies::{SamplingParams, TokenId};

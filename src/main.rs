@@ -7,16 +7,13 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-mod calibrate_cli;
-mod corpus_cli;
-mod gateway_cli;
-mod train_cli;
+mod cli;
 use serde_json::json;
-use specgate::chat::ChatMessage;
-use specgate::fetch::{default_model_path, ensure_default_model};
-use specgate::generate::{generate, GenerateParams};
-use specgate::loaded::LoadedModel;
-use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
+use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
+use specgate::engine::generate::{generate, GenerateParams};
+use specgate::model::chat_template::ChatMessage;
+use specgate::model::fetch::{default_model_path, ensure_default_model};
+use specgate::model::loaded::LoadedModel;
 use specgate::SamplingParams;
 
 #[derive(Parser)]
@@ -33,22 +30,22 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API (fetches the default model on first use).
-    Serve(gateway_cli::ServeArgs),
+    Serve(crate::cli::gateway::ServeArgs),
     /// Generate text for one prompt, streaming it to stdout.
     Generate(GenerateArgs),
     /// Load a running server with a mix of workload classes, speculation on and off.
-    Loadgen(gateway_cli::LoadgenArgs),
+    Loadgen(crate::cli::gateway::LoadgenArgs),
     /// Soak a running server: N clients for M minutes of mixed traffic, then check for 5xx,
     /// leaked KV cache, lost history and memory growth (exit 1 on any).
-    Soak(gateway_cli::SoakArgs),
+    Soak(crate::cli::gateway::SoakArgs),
     /// Train Medusa heads for the model by self-distillation (CPU), with a held-out report.
-    TrainHeads(train_cli::TrainHeadsArgs),
+    TrainHeads(crate::cli::train_heads::TrainHeadsArgs),
     /// Calibrate Medusa heads (the temperatures and coverage tree drafting ranks candidates
     /// by) on the held-out continuations of their training prompts.
-    CalibrateHeads(calibrate_cli::CalibrateHeadsArgs),
+    CalibrateHeads(crate::cli::calibrate_heads::CalibrateHeadsArgs),
     /// Write the answer corpus suffix drafting consults for every tenant: the model's greedy
     /// answers to generic prompts.
-    BuildCorpus(corpus_cli::BuildCorpusArgs),
+    BuildCorpus(crate::cli::build_corpus::BuildCorpusArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
     FetchModel {
         /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
@@ -58,7 +55,7 @@ enum Command {
     /// Routing policies as TOML files (the server must be stopped: the store is locked).
     Policy {
         #[command(subcommand)]
-        which: gateway_cli::PolicyCommand,
+        which: crate::cli::gateway::PolicyCommand,
     },
     /// Benchmarks.
     Bench {
@@ -94,7 +91,7 @@ enum BenchCommand {
         strategies: Vec<StrategyKind>,
         /// k values: numbers, and `auto` (adaptive up to 8) or `autoN`.
         #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8,auto")]
-        k: Vec<specgate::bench_spec::KChoice>,
+        k: Vec<specgate::tools::bench_spec::KChoice>,
         #[arg(long, default_value_t = 10)]
         prompts_per_set: usize,
         #[arg(long, default_value_t = 64)]
@@ -110,7 +107,7 @@ enum BenchCommand {
         /// Suffix drafting without the answer corpus.
         #[arg(long)]
         no_corpus: bool,
-        #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
+        #[arg(long, default_value_t = specgate::drafting::registry::DEFAULT_EXIT_LAYER)]
         exit_layer: usize,
         #[arg(long, default_value_t = 0.0)]
         temperature: f32,
@@ -132,7 +129,7 @@ enum BenchCommand {
 }
 
 fn set_arg(s: &str) -> Result<String, String> {
-    let known = specgate::prompts::SET_NAMES;
+    let known = specgate::tools::prompts::SET_NAMES;
     if known.contains(&s) {
         Ok(s.to_string())
     } else {
@@ -199,7 +196,7 @@ struct GenerateArgs {
     #[arg(long, value_parser = row_cost_arg)]
     row_cost: Option<f32>,
     /// Layers the early-exit draft keeps (of the target's).
-    #[arg(long, default_value_t = specgate::strategy::DEFAULT_EXIT_LAYER)]
+    #[arg(long, default_value_t = specgate::drafting::registry::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
 }
 
@@ -257,7 +254,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         draft_model: args.draft_model.clone(),
         exit_layer: args.exit_layer,
         suffix_cache: None,
-        corpus: specgate::answer_corpus::CorpusSource::from_flags(
+        corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
             args.corpus.clone(),
             args.no_corpus,
         )
@@ -317,15 +314,21 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
 
 fn run() -> Result<()> {
     match Cli::parse().command {
-        Command::Serve(args) => gateway_cli::run_serve(resolve_model(args.model.clone())?, args),
-        Command::Policy { which } => gateway_cli::run_policy(which),
-        Command::Loadgen(args) => gateway_cli::run_loadgen(args),
-        Command::Soak(args) => gateway_cli::run_soak(args),
-        Command::TrainHeads(args) => train_cli::run(resolve_model(args.model.clone())?, args),
-        Command::CalibrateHeads(args) => {
-            calibrate_cli::run(resolve_model(args.model.clone())?, args)
+        Command::Serve(args) => {
+            crate::cli::gateway::run_serve(resolve_model(args.model.clone())?, args)
         }
-        Command::BuildCorpus(args) => corpus_cli::run(resolve_model(args.model.clone())?, args),
+        Command::Policy { which } => crate::cli::gateway::run_policy(which),
+        Command::Loadgen(args) => crate::cli::gateway::run_loadgen(args),
+        Command::Soak(args) => crate::cli::gateway::run_soak(args),
+        Command::TrainHeads(args) => {
+            crate::cli::train_heads::run(resolve_model(args.model.clone())?, args)
+        }
+        Command::CalibrateHeads(args) => {
+            crate::cli::calibrate_heads::run(resolve_model(args.model.clone())?, args)
+        }
+        Command::BuildCorpus(args) => {
+            crate::cli::build_corpus::run(resolve_model(args.model.clone())?, args)
+        }
         Command::Generate(args) => run_generate(args),
         Command::FetchModel { dest } => {
             let dest = dest.unwrap_or_else(default_model_path);
@@ -343,8 +346,12 @@ fn run() -> Result<()> {
                 },
         } => {
             let path = resolve_model(model)?;
-            let report =
-                specgate::bench::bench_decode(&path, runs, tokens, &mut std::io::stdout())?;
+            let report = specgate::tools::bench_decode::bench_decode(
+                &path,
+                runs,
+                tokens,
+                &mut std::io::stdout(),
+            )?;
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
             }
@@ -383,7 +390,7 @@ fn run() -> Result<()> {
                 }
                 let heads = medusa_heads
                     .clone()
-                    .unwrap_or_else(|| specgate::medusa_heads::default_dir(&model));
+                    .unwrap_or_else(|| specgate::heads::bundle::default_dir(&model));
                 if heads.join("heads.json").exists() {
                     strategies.extend([
                         StrategyKind::Medusa,
@@ -392,7 +399,7 @@ fn run() -> Result<()> {
                     ]);
                 }
             }
-            let cfg = specgate::bench_spec::SpecBenchConfig {
+            let cfg = specgate::tools::bench_spec::SpecBenchConfig {
                 model,
                 prompt_dir: prompts,
                 strategies,
@@ -401,7 +408,9 @@ fn run() -> Result<()> {
                 max_tokens,
                 draft_model,
                 medusa_heads,
-                corpus: specgate::answer_corpus::CorpusSource::from_flags(corpus, no_corpus),
+                corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
+                    corpus, no_corpus,
+                ),
                 exit_layer,
                 sampling: SamplingParams {
                     temperature,
@@ -411,9 +420,9 @@ fn run() -> Result<()> {
                 sets,
                 repeats: repeats as usize,
             };
-            let rows = specgate::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
-            println!("{}", specgate::bench_spec::markdown(&rows));
-            specgate::bench_spec::write_results(&out, &rows)?;
+            let rows = specgate::tools::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
+            println!("{}", specgate::tools::bench_spec::markdown(&rows));
+            specgate::tools::bench_spec::write_results(&out, &rows)?;
             eprintln!("wrote {}/spec.md and spec.csv", out.display());
             Ok(())
         }

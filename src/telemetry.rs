@@ -2,10 +2,15 @@
 //! vLLM's speculative-decoding counters with our prefix, labelled by route and strategy.
 
 use metrics::{counter, histogram};
-use specgate_policies::SpecPlan;
+use specgate_policies::{SpecPlan, WorkloadClass};
 use specgate_strategies::SpecStats;
 
-use crate::engine::RouteLabels;
+/// Whose request this is, for metrics and history.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RouteLabels {
+    pub tenant: String,
+    pub class: WorkloadClass,
+}
 
 /// Add one finished (or cancelled) sequence's speculative statistics to the counters.
 pub fn record_spec(route: &RouteLabels, plan: &SpecPlan, stats: &SpecStats) {

@@ -7,11 +7,11 @@ mod common;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use specgate::answer_corpus::{self, CorpusAnswer, CorpusError, CorpusSource};
-use specgate::chat::ChatMessage;
-use specgate::generate::{generate, GenerateParams};
-use specgate::prompts::load_prompt_sets;
-use specgate::strategy::{suffix_drafter, SUFFIX_MAX_DEPTH};
+use specgate::drafting::answer_corpus::{self, CorpusAnswer, CorpusError, CorpusSource};
+use specgate::drafting::registry::{suffix_drafter, SUFFIX_MAX_DEPTH};
+use specgate::engine::generate::{generate, GenerateParams};
+use specgate::model::chat_template::ChatMessage;
+use specgate::tools::prompts::load_prompt_sets;
 use specgate_strategies::{PlainDrafter, SharedCorpus, SuffixCache};
 
 fn shipped() -> SharedCorpus {

@@ -140,9 +140,10 @@ fn truncate_then_append_equals_never_having_appended() {
         .unwrap();
     let fresh = m.forward_one(fresh_seq, &ids[8..], LogitRows::All).unwrap();
     assert_eq!(rolled.logits, fresh.logits, "rollback must leave no trace");
-    let (ck, cv) = m.cache(s).unwrap().layer(29);
-    let (fk, fv) = m.cache(fresh_seq).unwrap().layer(29);
-    assert_eq!((ck, cv), (fk, fv));
+    assert_eq!(
+        m.kv_layer(s, 29).unwrap(),
+        m.kv_layer(fresh_seq, 29).unwrap()
+    );
     m.release(s);
     m.release(fresh_seq);
 }
@@ -166,8 +167,8 @@ fn early_exit_and_hidden_states() {
     let early = m.forward(&items, opts).unwrap();
     assert_eq!(early.hidden.len(), ids.len() * m.config().hidden);
     assert_eq!(early.logits.len(), ids.len() * m.config().vocab_size);
-    let cache = m.cache(s).unwrap();
-    assert_eq!((cache.layer_len(7), cache.layer_len(8)), (ids.len(), 0));
+    let layer_len = |l| m.kv_layer(s, l).unwrap().len;
+    assert_eq!((layer_len(7), layer_len(8)), (ids.len(), 0));
     // A full forward on a half-filled cache is refused until it is truncated.
     assert!(m.forward_one(s, &[5], LogitRows::Last).is_err());
     m.truncate(s, 0).unwrap();
@@ -233,7 +234,7 @@ fn bad_batches_are_refused_without_touching_caches() {
 
 #[test]
 fn kernel_logits_match_candles_matmul_within_quantization_noise() {
-    use specgate::loaded::LoadedModel;
+    use specgate::model::loaded::LoadedModel;
     use specgate::model::MatmulBackend;
     let ids = prompt_ids("Write a haiku about autumn leaves falling on a quiet river.");
     let mut candle = LoadedModel::load_with(&common::model_path(), MatmulBackend::Candle).unwrap();

@@ -6,10 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use specgate::engine::generate::{generate, GenerateParams};
 use specgate::engine::{
     EngineConfig, EngineHandle, Event, RouteLabels, Submission, SubmitError, Summary,
 };
-use specgate::generate::{generate, GenerateParams};
 use specgate::SamplingParams;
 use specgate_policies::{SpecPlan, WorkloadClass};
 use specgate_strategies::{NgramDrafter, PlainDrafter, StrategyKind, TokenId};
@@ -36,7 +36,7 @@ fn submission(
     ngram: bool,
 ) -> (Submission, mpsc::UnboundedReceiver<Event>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let (plan, drafter): (SpecPlan, specgate::strategy::BoxedDrafter) = if ngram {
+    let (plan, drafter): (SpecPlan, specgate::drafting::registry::BoxedDrafter) = if ngram {
         let plan = SpecPlan {
             strategy: StrategyKind::Ngram,
             k: 3,
@@ -132,7 +132,7 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
             summary.sequences
         );
         shared += usize::from(summary.sequences > 1.0);
-        let mut drafter: specgate::strategy::BoxedDrafter = if ngram {
+        let mut drafter: specgate::drafting::registry::BoxedDrafter = if ngram {
             Box::new(NgramDrafter::default())
         } else {
             Box::new(PlainDrafter)
@@ -304,7 +304,7 @@ fn a_draft_models_cache_counts_against_the_kv_budget() {
     let (dir, lm) = tiny_model();
     let per_token = lm.model.config().kv_bytes_per_token();
     let drafter = || {
-        specgate::model_drafter::ModelDrafter::separate(
+        specgate::drafting::model_drafter::ModelDrafter::separate(
             &dir.path().join("tiny.gguf"),
             &lm.tokenizer,
             0,

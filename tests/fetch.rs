@@ -2,7 +2,7 @@
 
 mod common;
 
-use specgate::fetch::{ensure_default_model, model_sha256, DEFAULT_MODEL_SHA256};
+use specgate::model::fetch::{ensure_default_model, model_sha256, DEFAULT_MODEL_SHA256};
 
 #[test]
 fn a_verified_model_is_stamped_and_a_changed_one_is_checked_again() {

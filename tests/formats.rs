@@ -7,7 +7,7 @@ mod common;
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
-use specgate::loaded::LoadedModel;
+use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
 use specgate_strategies::argmax;
 

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Map, Value};
-use specgate::gateway::api::{
+use specgate::gateway::http::requests::{
     parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestLimits,
 };
-use specgate::loaded::chat_prompt;
-use specgate::tokenizer::Tokenizer;
+use specgate::model::loaded::chat_prompt;
+use specgate::model::tokenizer::Tokenizer;
 
 const FIELDS: &[&str] = &[
     "model",

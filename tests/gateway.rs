@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::server::Server;
 use serde_json::{json, Value};
-use specgate::chat::ChatMessage;
-use specgate::generate::{generate, GenerateParams};
+use specgate::engine::generate::{generate, GenerateParams};
+use specgate::model::chat_template::ChatMessage;
 use specgate::SamplingParams;
 use specgate_strategies::PlainDrafter;
 

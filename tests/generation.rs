@@ -2,8 +2,8 @@
 
 mod common;
 
-use specgate::chat::ChatMessage;
-use specgate::generate::{generate, FinishReason, GenerateParams};
+use specgate::engine::generate::{generate, FinishReason, GenerateParams};
+use specgate::model::chat_template::ChatMessage;
 use specgate::SamplingParams;
 use specgate_strategies::PlainDrafter;
 
@@ -69,7 +69,7 @@ fn seeded_sampling_is_reproducible_and_seeds_differ() {
         top_p: 0.95,
         min_p: 0.0,
     };
-    let run = |lm: &mut specgate::loaded::LoadedModel, seed| {
+    let run = |lm: &mut specgate::model::loaded::LoadedModel, seed| {
         generate(
             &mut lm.model,
             &lm.tokenizer,

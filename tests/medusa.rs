@@ -6,9 +6,9 @@
 
 mod common;
 
-use specgate::generate::{generate, GenerateOutput, GenerateParams};
-use specgate::medusa_heads::{self, MedusaError};
-use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::engine::generate::{generate, GenerateOutput, GenerateParams};
+use specgate::heads::bundle::{self, MedusaError};
 use specgate::SamplingParams;
 
 fn config(heads: Option<std::path::PathBuf>) -> DrafterConfig {
@@ -25,8 +25,8 @@ fn config(heads: Option<std::path::PathBuf>) -> DrafterConfig {
 
 #[test]
 fn heads_for_another_model_are_refused_with_the_reason() {
-    let shipped = medusa_heads::default_dir(&common::model_path());
-    let cfg = medusa_heads::read_config(&shipped, &common::model_path()).expect("shipped heads");
+    let shipped = bundle::default_dir(&common::model_path());
+    let cfg = bundle::read_config(&shipped, &common::model_path()).expect("shipped heads");
     assert!(cfg.num_heads >= 3);
     // The same heads, claimed for a different file.
     let dir = tempfile::tempdir().unwrap();
@@ -43,7 +43,7 @@ fn heads_for_another_model_are_refused_with_the_reason() {
         serde_json::to_string(&other).unwrap(),
     )
     .unwrap();
-    let err = medusa_heads::load(dir.path(), &common::model_path())
+    let err = bundle::load(dir.path(), &common::model_path())
         .err()
         .expect("refused");
     assert!(matches!(err, MedusaError::WrongModel { .. }), "{err}");
@@ -59,14 +59,14 @@ fn heads_for_another_model_are_refused_with_the_reason() {
     // A config that is not ours is refused too.
     std::fs::write(dir.path().join("heads.json"), "{\"format\": \"x\"}").unwrap();
     assert!(matches!(
-        medusa_heads::load(dir.path(), &common::model_path()),
+        bundle::load(dir.path(), &common::model_path()),
         Err(MedusaError::Config { .. })
     ));
 }
 
 /// Greedy generation of `prompt` with `kind` drafting up to `k` tokens a round.
 fn greedy(
-    lm: &mut specgate::loaded::LoadedModel,
+    lm: &mut specgate::model::loaded::LoadedModel,
     prompt: &[u32],
     kind: StrategyKind,
     k: usize,
@@ -101,7 +101,7 @@ fn medusa_drafts_are_accepted_and_greedy_output_is_unchanged() {
     let prompt = lm
         .tokenizer
         .encode(
-            &lm.chat_prompt(&[specgate::chat::ChatMessage {
+            &lm.chat_prompt(&[specgate::model::chat_template::ChatMessage {
                 role: "user".into(),
                 content: "Explain how a rainbow forms.".into(),
             }])
@@ -138,13 +138,13 @@ fn medusa_drafts_are_accepted_and_greedy_output_is_unchanged() {
 #[test]
 fn shipped_heads_chain_read_the_rows_training_used_and_older_formats_still_load() {
     let model = common::model_path();
-    let shipped = medusa_heads::load(&medusa_heads::default_dir(&model), &model).expect("heads");
-    assert_eq!(shipped.config.format, medusa_heads::FORMAT);
+    let shipped = bundle::load(&bundle::default_dir(&model), &model).expect("heads");
+    assert_eq!(shipped.config.format, bundle::FORMAT);
     assert!(shipped.heads.token_conditioned() && shipped.heads.chained());
     // The drafter's pending-token rows are the rows training embedded: the dequantized LM
     // head's, and none past the draft vocabulary (training used zeros there).
-    let lm = specgate::train_heads::lm_head_f32(&model).unwrap();
-    for t in [0u32, 17, 2000, (medusa_heads::EMBED_VOCAB - 1) as u32] {
+    let lm = specgate::heads::training::lm_head_f32(&model).unwrap();
+    for t in [0u32, 17, 2000, (bundle::EMBED_VOCAB - 1) as u32] {
         let want = lm.get(t as usize).unwrap().to_vec1::<f32>().unwrap();
         assert_eq!(
             shipped.lm_head.token_row(t).unwrap(),
@@ -155,7 +155,7 @@ fn shipped_heads_chain_read_the_rows_training_used_and_older_formats_still_load(
     assert_eq!(
         shipped
             .lm_head
-            .token_row(medusa_heads::EMBED_VOCAB as u32)
+            .token_row(bundle::EMBED_VOCAB as u32)
             .unwrap(),
         None
     );
@@ -163,32 +163,29 @@ fn shipped_heads_chain_read_the_rows_training_used_and_older_formats_still_load(
     let dir = tempfile::tempdir().unwrap();
     let mut older = (*shipped.heads).clone();
     let mut cfg = shipped.config.clone();
-    for format in [medusa_heads::FORMAT_2, medusa_heads::FORMAT_1] {
+    for format in [bundle::FORMAT_2, bundle::FORMAT_1] {
         older.v.clear();
-        if format == medusa_heads::FORMAT_1 {
+        if format == bundle::FORMAT_1 {
             older.u.clear();
         }
         assert!(
-            medusa_heads::save(dir.path(), &older, &cfg).is_err(),
+            bundle::save(dir.path(), &older, &cfg).is_err(),
             "{} claimed for {format} heads",
             cfg.format
         );
         cfg.format = format.into();
-        medusa_heads::save(dir.path(), &older, &cfg).unwrap();
-        let back = medusa_heads::load(dir.path(), &model).unwrap();
+        bundle::save(dir.path(), &older, &cfg).unwrap();
+        let back = bundle::load(dir.path(), &model).unwrap();
         assert_eq!(back.config.format, format);
         assert_eq!(back.heads.w, older.w);
         assert!(!back.heads.chained());
-        assert_eq!(
-            back.heads.token_conditioned(),
-            format == medusa_heads::FORMAT_2
-        );
+        assert_eq!(back.heads.token_conditioned(), format == bundle::FORMAT_2);
     }
 }
 
 /// Draft-vocabulary logits of head `i`, as the drafter computes them.
 fn drafter_logits(
-    bundle: &medusa_heads::MedusaBundle,
+    bundle: &bundle::MedusaBundle,
     i: usize,
     h: &[f32],
     pending: u32,
@@ -203,9 +200,9 @@ fn drafter_logits(
 
 #[test]
 fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip() {
-    use specgate::train_heads::{HeadsData, Trainer};
+    use specgate::heads::training::{HeadsData, Trainer};
     let model = common::model_path();
-    let shipped = medusa_heads::load(&medusa_heads::default_dir(&model), &model).expect("heads");
+    let shipped = bundle::load(&bundle::default_dir(&model), &model).expect("heads");
     let n = shipped.config.num_heads;
     assert_eq!(
         shipped.heads.temperatures.len(),
@@ -217,7 +214,7 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
     assert_eq!(shipped.heads.coverage.len(), n);
     // `calibrate-heads` fits on the trainer's logits of the loaded heads: they must be the
     // drafter's (up to the 8-bit activations of the drafter's LM-head kernel).
-    let frozen = specgate::train_heads::frozen_head(&model, &shipped.draft_vocab).unwrap();
+    let frozen = specgate::heads::training::frozen_head(&model, &shipped.draft_vocab).unwrap();
     let trainer = Trainer::from_heads(&shipped.heads).unwrap();
     let dim = shipped.config.hidden_size;
     let hidden: Vec<f32> = (0..3 * dim)
@@ -272,8 +269,8 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
     let mut heads = (*shipped.heads).clone();
     heads.temperatures = (0..n).map(|i| 1.0 + i as f32 / 3.0).collect();
     heads.coverage = (0..n).map(|i| 0.9 - i as f32 / 10.0).collect();
-    medusa_heads::save(dir.path(), &heads, &shipped.config).unwrap();
-    let back = medusa_heads::load(dir.path(), &model).unwrap();
+    bundle::save(dir.path(), &heads, &shipped.config).unwrap();
+    let back = bundle::load(dir.path(), &model).unwrap();
     assert_eq!(back.heads.temperatures, heads.temperatures);
     assert_eq!(back.heads.coverage, heads.coverage);
     let ok = (
@@ -286,21 +283,19 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
         (ok.0.clone(), vec![0.9; n + 1], "coverage values for"),
         (ok.0.clone(), vec![1.5; n], "not a share"),
     ] {
-        let cfg = medusa_heads::HeadsConfig {
+        let cfg = bundle::HeadsConfig {
             temperatures,
             coverage,
             ..shipped.config.clone()
         };
-        let err = medusa_heads::write_config(dir.path(), &cfg).unwrap_err();
+        let err = bundle::write_config(dir.path(), &cfg).unwrap_err();
         assert!(err.to_string().contains(why), "{err}");
         std::fs::write(
             dir.path().join("heads.json"),
             serde_json::to_string(&cfg).unwrap(),
         )
         .unwrap();
-        let err = medusa_heads::load(dir.path(), &model)
-            .err()
-            .expect("refused");
+        let err = bundle::load(dir.path(), &model).err().expect("refused");
         assert!(err.to_string().contains(why), "{err}");
     }
 }
@@ -308,16 +303,16 @@ fn calibration_measures_the_heads_the_drafter_runs_and_temperatures_round_trip()
 #[test]
 fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     let model = common::model_path();
-    let shipped = medusa_heads::default_dir(&model);
+    let shipped = bundle::default_dir(&model);
     let dir = tempfile::tempdir().unwrap();
     for f in std::fs::read_dir(&shipped).unwrap() {
         let f = f.unwrap().path();
         std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
     }
-    let mut cfg = medusa_heads::read_config(dir.path(), &model).unwrap();
+    let mut cfg = bundle::read_config(dir.path(), &model).unwrap();
     cfg.temperatures.clear();
     cfg.coverage.clear();
-    medusa_heads::write_config(dir.path(), &cfg).unwrap();
+    bundle::write_config(dir.path(), &cfg).unwrap();
     // 16 training prompts: 0 and 8 are held out, as train-heads splits them.
     let train = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -345,7 +340,7 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let back = medusa_heads::read_config(dir.path(), &model).unwrap();
+    let back = bundle::read_config(dir.path(), &model).unwrap();
     assert_eq!(back.temperatures.len(), cfg.num_heads);
     assert_eq!(back.coverage.len(), cfg.num_heads);
     let report: serde_json::Value =
@@ -379,13 +374,13 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let file: specgate::draft_vocab::DraftVocabFile = serde_json::from_str(
+    let file: specgate::heads::draft_vocab::DraftVocabFile = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("draft_vocab.json")).unwrap(),
     )
     .unwrap();
-    assert_eq!(file.ids.len(), medusa_heads::DRAFT_VOCAB);
+    assert_eq!(file.ids.len(), bundle::DRAFT_VOCAB);
     assert!(file.ranked_on > 0 && file.source.contains("prompts.jsonl"));
-    let ranked = medusa_heads::load(dir.path(), &model).unwrap();
+    let ranked = bundle::load(dir.path(), &model).unwrap();
     assert_eq!(
         ranked.config.draft_vocab.as_deref(),
         Some("draft_vocab.json")
@@ -396,21 +391,17 @@ fn calibrate_heads_writes_temperatures_and_leaves_the_weights_alone() {
     // A draft vocabulary that repeats an id, or a config that names a path, is refused.
     let mut bad = file.clone();
     bad.ids[1] = bad.ids[0];
-    medusa_heads::save_draft_vocab(dir.path(), &bad).unwrap();
-    let err = medusa_heads::load(dir.path(), &model)
-        .err()
-        .expect("refused");
+    bundle::save_draft_vocab(dir.path(), &bad).unwrap();
+    let err = bundle::load(dir.path(), &model).err().expect("refused");
     assert!(err.to_string().contains("appears twice"), "{err}");
     let mut escape = ranked.config.clone();
     escape.draft_vocab = Some("../draft_vocab.json".into());
-    medusa_heads::write_config(dir.path(), &escape).unwrap();
-    let err = medusa_heads::load(dir.path(), &model)
-        .err()
-        .expect("refused");
+    bundle::write_config(dir.path(), &escape).unwrap();
+    let err = bundle::load(dir.path(), &model).err().expect("refused");
     assert!(err.to_string().contains("not a file name"), "{err}");
     // Heads for another model: one line on stderr, a non-zero exit, nothing written.
     cfg.target_sha256 = "00".repeat(32);
-    medusa_heads::write_config(dir.path(), &cfg).unwrap();
+    bundle::write_config(dir.path(), &cfg).unwrap();
     let out = run(dir.path(), &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -473,14 +464,14 @@ fn train_heads_with_a_ranked_draft_vocabulary_writes_heads_that_draft_its_ids() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let bundle = medusa_heads::load(&out_dir, &model).expect("the new heads load");
-    let file: specgate::draft_vocab::DraftVocabFile =
+    let bundle = bundle::load(&out_dir, &model).expect("the new heads load");
+    let file: specgate::heads::draft_vocab::DraftVocabFile =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("draft_vocab.json")).unwrap())
             .unwrap();
     // Ranked on the 14 training prompts' labels; ids never seen follow in id order.
     assert!(file.ranked_on > 0);
     assert_eq!(bundle.draft_vocab.ids(), file.ids);
-    assert_eq!(bundle.draft_vocab.len(), medusa_heads::DRAFT_VOCAB);
+    assert_eq!(bundle.draft_vocab.len(), bundle::DRAFT_VOCAB);
     assert_ne!(file.ids[..16], (0..16).collect::<Vec<u32>>()[..]);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())

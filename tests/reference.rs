@@ -23,7 +23,7 @@ mod common;
 use std::collections::HashMap;
 
 use serde::Deserialize;
-use specgate::chat::ChatMessage;
+use specgate::model::chat_template::ChatMessage;
 use specgate::model::LogitRows;
 
 #[derive(Deserialize)]

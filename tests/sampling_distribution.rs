@@ -10,10 +10,10 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use specgate::generate::{generate, GenerateParams};
-use specgate::loaded::LoadedModel;
+use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::engine::generate::{generate, GenerateParams};
+use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
-use specgate::strategy::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
 use specgate::{SamplingParams, TokenId};
 
 const SAMPLES: u64 = 2000;

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::server::{Server, ADMIN};
-use specgate::soak::{soak, SoakConfig};
+use specgate::tools::soak::{soak, SoakConfig};
 
 #[test]
 fn a_short_soak_leaves_no_5xx_no_leak_and_no_lost_history() {

@@ -6,13 +6,13 @@ mod common;
 
 use std::path::PathBuf;
 
-use specgate::chat::ChatMessage;
-use specgate::generate::{generate, generate_in, GenerateParams};
-use specgate::model::LogitRows;
-use specgate::prompts::load_prompt_sets;
-use specgate::strategy::{
+use specgate::drafting::registry::{
     BoxedDrafter, BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER,
 };
+use specgate::engine::generate::{generate, generate_in, GenerateParams};
+use specgate::model::chat_template::ChatMessage;
+use specgate::model::LogitRows;
+use specgate::tools::prompts::load_prompt_sets;
 use specgate_strategies::{argmax, NgramDrafter, PlainDrafter, SuffixCache};
 use std::sync::{Arc, Mutex};
 
@@ -27,14 +27,14 @@ fn params(k: usize) -> GenerateParams {
 /// One drafter per strategy, built once (model drafters load weights) and reused.
 /// The separate draft model is the target's own file: same vocabulary, and a check that a
 /// draft which computes exactly the target's argmax is always accepted.
-fn drafters(lm: &specgate::loaded::LoadedModel) -> Vec<(StrategyKind, BoxedDrafter)> {
+fn drafters(lm: &specgate::model::loaded::LoadedModel) -> Vec<(StrategyKind, BoxedDrafter)> {
     let cfg = DrafterConfig {
         target_path: common::model_path(),
         draft_model: Some(common::model_path()),
         exit_layer: DEFAULT_EXIT_LAYER,
         suffix_cache: Some(Arc::new(Mutex::new(SuffixCache::new(8, 1 << 16)))),
         // The shipped answer corpus, as the gateway serves with it.
-        corpus: specgate::answer_corpus::CorpusSource::Default
+        corpus: specgate::drafting::answer_corpus::CorpusSource::Default
             .load(&common::model_path(), &lm.tokenizer, 8)
             .unwrap(),
         seed: 0,
@@ -48,7 +48,7 @@ fn drafters(lm: &specgate::loaded::LoadedModel) -> Vec<(StrategyKind, BoxedDraft
 }
 
 /// The top-2 logit gap of plain decoding after `prefix`.
-fn top2_gap(lm: &mut specgate::loaded::LoadedModel, prefix: &[u32]) -> f32 {
+fn top2_gap(lm: &mut specgate::model::loaded::LoadedModel, prefix: &[u32]) -> f32 {
     let s = lm.model.new_sequence();
     let out = lm.model.forward_one(s, prefix, LogitRows::Last).unwrap();
     lm.model.release(s);
@@ -190,8 +190,11 @@ fn rollback_leaves_the_cache_as_if_fed_from_scratch() {
         .forward_one(fresh, &all[..in_cache], LogitRows::None)
         .unwrap();
     for layer in 0..lm.model.config().n_layers {
-        let (a, b) = (lm.model.cache(seq).unwrap(), lm.model.cache(fresh).unwrap());
-        assert_eq!(a.layer(layer), b.layer(layer), "layer {layer}");
+        let (a, b) = (
+            lm.model.kv_layer(seq, layer),
+            lm.model.kv_layer(fresh, layer),
+        );
+        assert_eq!(a.unwrap(), b.unwrap(), "layer {layer}");
     }
     lm.model.release(seq);
     lm.model.release(fresh);
@@ -199,8 +202,8 @@ fn rollback_leaves_the_cache_as_if_fed_from_scratch() {
 
 #[test]
 fn a_draft_model_with_another_vocabulary_is_refused() {
-    use specgate::loaded::LoadedModel;
-    use specgate::model_drafter::ModelDrafter;
+    use specgate::drafting::model_drafter::ModelDrafter;
+    use specgate::model::loaded::LoadedModel;
     let dir = std::env::temp_dir().join(format!("specgate-tiny-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tiny = dir.join("tiny.gguf");
@@ -256,7 +259,7 @@ fn a_draft_model_with_another_vocabulary_is_refused() {
 
 #[test]
 fn a_long_prompt_reaches_the_draft_model_a_chunk_a_round_and_drafts_as_if_fed_at_once() {
-    use specgate::model_drafter::{ModelDrafter, CATCH_UP_CHUNK};
+    use specgate::drafting::model_drafter::{ModelDrafter, CATCH_UP_CHUNK};
     use specgate_strategies::{DraftContext, Drafter, SamplingParams};
     let lm = common::model();
     let text = "fn area(w: u32, h: u32) -> u32 { w * h }\n".repeat(40);

@@ -4,7 +4,7 @@
 mod common;
 
 use serde::Deserialize;
-use specgate::tokenizer::StreamDecoder;
+use specgate::model::tokenizer::StreamDecoder;
 
 #[derive(Deserialize)]
 struct Case {

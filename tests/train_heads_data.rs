@@ -4,9 +4,9 @@
 
 mod common;
 
-use specgate::loaded::LoadedModel;
+use specgate::heads::training::{self, Continuation, Variants};
+use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
-use specgate::train_heads::{self, Continuation, Variants};
 use specgate_strategies::{argmax, TokenId};
 
 use common::tiny::load_tiny_llama as tiny_model;
@@ -41,7 +41,7 @@ fn sampled_prefix_continuations_turn_greedy_and_skip_held_out_prompts() {
     let prompts: Vec<Vec<TokenId>> = ["Tell me about rivers.", "Write a haiku about snow."]
         .iter()
         .map(|p| {
-            let chat = lm.chat_prompt(&[specgate::chat::ChatMessage {
+            let chat = lm.chat_prompt(&[specgate::model::chat_template::ChatMessage {
                 role: "user".into(),
                 content: (*p).into(),
             }]);
@@ -50,7 +50,7 @@ fn sampled_prefix_continuations_turn_greedy_and_skip_held_out_prompts() {
         .collect();
     // Holding out every 2nd prompt: prompt 0 is held out, prompt 1 trains.
     let conts: Vec<Continuation> =
-        train_heads::continuations(&mut lm, &prompts, 16, 4, VARIANTS, 2).unwrap();
+        training::continuations(&mut lm, &prompts, 16, 4, VARIANTS, 2).unwrap();
     let mut differs = 0;
     for (p, prompt) in prompts.iter().enumerate() {
         let mine: Vec<&Continuation> = conts.iter().filter(|c| c.prompt == p).collect();
@@ -92,9 +92,8 @@ fn sampled_prefix_continuations_turn_greedy_and_skip_held_out_prompts() {
 fn variants_add_training_pairs_and_leave_the_held_out_pairs_alone() {
     let (_dir, mut lm) = tiny_model();
     let prompts: Vec<Vec<TokenId>> = (0..6u32).map(|p| vec![1, 3 + p % 5, 6]).collect();
-    let (train0, held0) =
-        train_heads::collect(&mut lm, &prompts, 10, 2, Variants::NONE, 3).unwrap();
-    let (train1, held1) = train_heads::collect(&mut lm, &prompts, 10, 2, VARIANTS, 3).unwrap();
+    let (train0, held0) = training::collect(&mut lm, &prompts, 10, 2, Variants::NONE, 3).unwrap();
+    let (train1, held1) = training::collect(&mut lm, &prompts, 10, 2, VARIANTS, 3).unwrap();
     assert_eq!(held1.labels, held0.labels);
     assert_eq!(held1.hidden, held0.hidden);
     assert!(

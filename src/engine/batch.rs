@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use specgate_policies::k_under_load;
 
 use super::{Command, EngineConfig, EngineStatus, Event, RequestId, Submission, Summary};
-use crate::generate::GenerateError;
-use crate::loaded::LoadedModel;
+use crate::engine::generate::GenerateError;
+use crate::engine::sequence::{FinishReason, RoundInput, SequenceState};
+use crate::model::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
-use crate::sequence::{FinishReason, RoundInput, SequenceState};
 
 /// A sequence in a batch slot.
 struct Live {

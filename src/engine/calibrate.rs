@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use specgate_policies::StepCosts;
 
-use crate::model::{LogitRows, Model, ModelError};
+use crate::model::{LogitRows, ModelError, TargetBackend};
 use crate::TokenId;
 
 /// Rows per timed forward: a decode step and verify passes of 1, 3 and 7 drafts.
@@ -26,7 +26,7 @@ const ROUNDS: usize = 6;
 /// The fastest of `ROUNDS` forwards of each of `SIZES` rows after `CONTEXT` cached tokens,
 /// in seconds, with logits for every row as a verify pass has them. The scratch sequence is
 /// released.
-pub fn measure(model: &mut Model) -> Result<Vec<(usize, f64)>, ModelError> {
+pub fn measure(model: &mut dyn TargetBackend) -> Result<Vec<(usize, f64)>, ModelError> {
     let vocab = model.config().vocab_size.max(1);
     let max = SIZES.iter().copied().max().unwrap_or(1);
     // A model with a short window is timed after fewer cached tokens.
@@ -42,7 +42,7 @@ pub fn measure(model: &mut Model) -> Result<Vec<(usize, f64)>, ModelError> {
 }
 
 fn time_sizes(
-    model: &mut Model,
+    model: &mut dyn TargetBackend,
     seq: crate::model::SeqId,
     tokens: &[TokenId],
     context: usize,

@@ -14,19 +14,20 @@ use specgate_strategies::StrategyKind;
 
 use std::time::Duration;
 
-use super::actors::Services;
-use super::api::RequestLimits;
-use super::handlers::{self, AppState};
-use super::history_writer::{Flush, HistoryWriter};
-use super::quotas::Quotas;
-use super::router::Router;
-use super::strategy_actor::{StrategyActor, TenantSuffixCaches};
-use super::tenants::{TenantError, TenantStore};
+use crate::drafting::model_drafter::{DraftModelError, ModelDrafter};
 use crate::engine::{EngineConfig, EngineHandle};
-use crate::loaded::{LoadError, LoadedModel};
-use crate::medusa_heads::MedusaBundle;
-use crate::model_drafter::{DraftModelError, ModelDrafter};
-use crate::policy_store::PolicyStore;
+use crate::gateway::actors::history_writer::{Flush, HistoryWriter};
+use crate::gateway::actors::planner::Router;
+use crate::gateway::actors::request::Services;
+use crate::gateway::actors::strategy::{StrategyActor, TenantSuffixCaches};
+use crate::gateway::admission::Quotas;
+use crate::gateway::http::requests::RequestLimits;
+use crate::gateway::http::routes;
+use crate::gateway::http::state::AppState;
+use crate::heads::bundle::MedusaBundle;
+use crate::model::loaded::{LoadError, LoadedModel};
+use crate::store::policies::PolicyStore;
+use crate::store::tenants::{TenantError, TenantStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -35,15 +36,15 @@ pub enum ServeError {
     #[error("loading a draft model: {0}")]
     DraftModel(#[from] DraftModelError),
     #[error("loading Medusa heads: {0}")]
-    Medusa(#[from] crate::medusa_heads::MedusaError),
+    Medusa(#[from] crate::heads::bundle::MedusaError),
     #[error(transparent)]
-    Corpus(#[from] crate::answer_corpus::CorpusError),
+    Corpus(#[from] crate::drafting::answer_corpus::CorpusError),
     #[error("opening the store: {0}")]
     Store(#[from] sled::Error),
     #[error("migrating the store: {0}")]
     Migration(#[from] specgate_migrations::MigrationError),
     #[error("policies: {0}")]
-    Policies(#[from] crate::policy_store::PolicyStoreError),
+    Policies(#[from] crate::store::policies::PolicyStoreError),
     #[error("opening the tenant store: {0}")]
     Tenants(#[from] TenantError),
     #[error("metrics: {0}")]
@@ -63,7 +64,7 @@ pub struct ServeConfig {
     /// Medusa heads' directory (default: the shipped heads for the model, if any).
     pub medusa_heads: Option<PathBuf>,
     /// The answer corpus the suffix strategies consult for every tenant.
-    pub corpus: crate::answer_corpus::CorpusSource,
+    pub corpus: crate::drafting::answer_corpus::CorpusSource,
     pub exit_layer: usize,
     pub engine: EngineConfig,
     pub max_tokens_limit: usize,
@@ -77,7 +78,7 @@ pub struct ServeConfig {
     pub suffix_cache_tenants: usize,
     pub suffix_cache_tokens: usize,
     /// Per-tenant defaults; the admin API overrides them per tenant.
-    pub limits: crate::quota::Limits,
+    pub limits: crate::store::limits::Limits,
     pub max_stop_strings: usize,
     pub max_stop_len: usize,
     /// How long in-flight requests may run on after SIGTERM.
@@ -126,9 +127,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         );
     }
     let medusa = load_medusa(&cfg)?;
-    let corpus = cfg
-        .corpus
-        .load(&cfg.model, &tokenizer, crate::strategy::SUFFIX_MAX_DEPTH)?;
+    let corpus = cfg.corpus.load(
+        &cfg.model,
+        &tokenizer,
+        crate::drafting::registry::SUFFIX_MAX_DEPTH,
+    )?;
     if let Some(c) = &corpus {
         eprintln!("specgate: answer corpus: {} tokens", c.len_tokens());
     }
@@ -198,8 +201,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
-            .configure(handlers::routes)
-            .default_service(web::to(handlers::not_found))
+            .configure(routes::routes)
+            .default_service(web::to(routes::not_found))
     })
     .workers(cfg.workers.max(1))
     // A client that closes its socket has left (actix keeps half-closed connections by
@@ -232,13 +235,13 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 /// exist and match the model, and otherwise the `medusa` strategy is simply unavailable.
 fn load_medusa(cfg: &ServeConfig) -> Result<Option<MedusaBundle>, ServeError> {
     if let Some(dir) = &cfg.medusa_heads {
-        return Ok(Some(crate::medusa_heads::load(dir, &cfg.model)?));
+        return Ok(Some(crate::heads::bundle::load(dir, &cfg.model)?));
     }
-    let dir = crate::medusa_heads::default_dir(&cfg.model);
+    let dir = crate::heads::bundle::default_dir(&cfg.model);
     if !dir.join("heads.json").exists() {
         return Ok(None);
     }
-    match crate::medusa_heads::load(&dir, &cfg.model) {
+    match crate::heads::bundle::load(&dir, &cfg.model) {
         Ok(b) => Ok(Some(b)),
         Err(e) => {
             eprintln!("specgate: medusa unavailable: {e}");

@@ -7,8 +7,8 @@ pub mod tiny;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use specgate::fetch::{default_model_path, ensure_default_model};
-use specgate::loaded::LoadedModel;
+use specgate::model::fetch::{default_model_path, ensure_default_model};
+use specgate::model::loaded::LoadedModel;
 
 /// The default model, fetched on first use. `SPECGATE_MODEL` points the tests at another file.
 pub fn model_path() -> PathBuf {

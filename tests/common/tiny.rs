@@ -8,11 +8,11 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 /// The tiny model loaded, with the temporary folder that holds its file.
-pub fn load_tiny_llama() -> (tempfile::TempDir, specgate::loaded::LoadedModel) {
+pub fn load_tiny_llama() -> (tempfile::TempDir, specgate::model::loaded::LoadedModel) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("tiny.gguf");
     write_tiny_llama(&path);
-    let lm = specgate::loaded::LoadedModel::load(&path).expect("the tiny model loads");
+    let lm = specgate::model::loaded::LoadedModel::load(&path).expect("the tiny model loads");
     (dir, lm)
 }
 

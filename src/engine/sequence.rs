@@ -1,0 +1,376 @@
+//! One request's decoding state, advanced round by round: after the prompt's pass, each round
+//! proposes up to k drafts, the caller runs `[pending] + drafts` through the target (alone, as
+//! `generate` does, or inside a ragged batch, as the engine does), and `settle` verifies,
+//! rolls the cache back and commits. Both callers share this code, so the exactness tests of
+//! `generate` cover the gateway's path too.
+
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use specgate_policies::AdaptiveK;
+use specgate_strategies::{
+    verify, verify_tree_greedy, Draft, DraftContext, Drafter, SpecStats, TokenId,
+};
+
+use super::params::{GenerateError, GenerateParams};
+use crate::drafting::guard::{guarded, propose_checked};
+use crate::engine::logprobs::{token_logprob, LogprobQueue, TokenLogprob};
+use crate::engine::stop::StopMatcher;
+use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+use crate::model::{SeqId, TargetBackend};
+
+/// Why generation ended, as OpenAI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+}
+
+/// A proposed round: the target input `[pending] + drafts` and the draft it came from.
+#[derive(Debug)]
+pub struct RoundInput {
+    pub tokens: Vec<TokenId>,
+    pub draft: Draft,
+    pub draft_time: Duration,
+}
+
+/// The state of one sequence between target passes.
+pub struct SequenceState {
+    pub seq: SeqId,
+    params: GenerateParams,
+    prompt_len: usize,
+    history: Vec<TokenId>, // prompt + committed tokens
+    pending: Option<TokenId>,
+    ids: Vec<TokenId>,
+    text: String,
+    stream: StreamDecoder,
+    stops: StopMatcher,
+    finish: Option<FinishReason>,
+    rng: ChaCha8Rng,
+    controller: Option<AdaptiveK>,
+    pub stats: SpecStats,
+    /// Top-2 logit gap of the row each committed token came from (shadow checks only).
+    gaps: Option<Vec<f32>>,
+    /// Final hidden state of the row that produced the pending token, when the caller ran
+    /// the target with hidden states ([hidden]; Medusa drafts from it).
+    hidden: Option<Vec<f32>>,
+    /// Log-probabilities of the generated tokens not yet handed out, when asked for.
+    logprobs: Option<LogprobQueue>,
+}
+
+impl SequenceState {
+    /// A sequence whose prompt will be (or is being) appended to the model's `seq`.
+    pub fn new(seq: SeqId, prompt: &[TokenId], params: &GenerateParams) -> Self {
+        Self {
+            seq,
+            params: params.clone(),
+            prompt_len: prompt.len(),
+            history: prompt.to_vec(),
+            pending: None,
+            ids: Vec::new(),
+            text: String::new(),
+            stream: StreamDecoder::new(),
+            stops: StopMatcher::new(&params.stop),
+            finish: (params.max_tokens == 0).then_some(FinishReason::Length),
+            rng: ChaCha8Rng::seed_from_u64(params.seed),
+            controller: params
+                .adaptive_k
+                .then(|| AdaptiveK::new(params.max_draft_tokens, 0.5)),
+            stats: SpecStats::default(),
+            gaps: None,
+            hidden: None,
+            logprobs: None,
+        }
+    }
+
+    /// Record every generated token's log-probability and its `top` likeliest alternatives'.
+    pub fn track_logprobs(&mut self, top: usize) {
+        self.logprobs = Some(LogprobQueue::new(top));
+    }
+
+    /// The log-probabilities not handed out yet of the tokens whose text has been released
+    /// (all of them once the sequence is finished; none when not tracked).
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        let released = self.text.len();
+        self.logprobs
+            .as_mut()
+            .map(|q| q.take(released))
+            .unwrap_or_default()
+    }
+
+    /// Record the log-probabilities of the tokens the last commit added to the output:
+    /// `tokens[j]` came from row `row(j)` ([vocab]). Tokens the commit did not keep (EOS,
+    /// past a stop or max_tokens) get none; the token that completes a stop string is kept
+    /// and reported, though its text is cut.
+    fn record_logprobs<'r>(
+        &mut self,
+        before: usize,
+        tokens: &[TokenId],
+        row: impl Fn(usize) -> &'r [f32],
+    ) {
+        let kept = self.ids.len() - before;
+        if let Some(q) = self.logprobs.as_mut() {
+            for (j, &t) in tokens.iter().enumerate().take(kept) {
+                q.record(token_logprob(row(j), t, q.top()));
+            }
+        }
+    }
+
+    /// Record the top-2 logit gap behind every committed token: a shadow check uses it to
+    /// tell a numerical tie from a real divergence.
+    pub fn track_gaps(&mut self) {
+        self.gaps = Some(Vec::new());
+    }
+
+    /// The recorded gaps, one per committed token (EOS included), when tracked.
+    pub fn gaps(&self) -> &[f32] {
+        self.gaps.as_deref().unwrap_or_default()
+    }
+
+    pub fn prompt(&self) -> &[TokenId] {
+        &self.history[..self.prompt_len]
+    }
+
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Committed token ids (EOS excluded).
+    pub fn generated(&self) -> &[TokenId] {
+        &self.ids
+    }
+
+    /// Committed text released so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The first token, sampled from the prompt pass's last row ([vocab]; its hidden state
+    /// [hidden], or empty); returns the text it releases.
+    pub fn start(
+        &mut self,
+        last_row: &[f32],
+        last_hidden: &[f32],
+        tok: &Tokenizer,
+    ) -> Result<String, GenerateError> {
+        let first = self.params.sampling.sample(last_row, &mut self.rng);
+        self.hidden = (!last_hidden.is_empty()).then(|| last_hidden.to_vec());
+        if let Some(g) = self.gaps.as_mut() {
+            g.push(top2_gap(last_row));
+        }
+        if self.finish.is_some() {
+            return Ok(String::new());
+        }
+        self.pending = Some(first);
+        let before = self.ids.len();
+        let released = self.commit(&[first], tok)?;
+        self.record_logprobs(before, &[first], |_| last_row);
+        Ok(released)
+    }
+
+    /// Draft for the next round, at most `k_cap` tokens (the engine's load limit), never past
+    /// max_tokens (a round commits up to k + 1 tokens); `row_cost` is what a verify row costs
+    /// now, relative to a plain pass (see `DraftContext::row_cost`).
+    pub fn propose(
+        &mut self,
+        drafter: &mut dyn Drafter,
+        k_cap: usize,
+        row_cost: Option<f32>,
+        vocab: usize,
+    ) -> RoundInput {
+        if let (Some(c), 0) = (self.controller.as_mut(), self.stats.rounds) {
+            // A drafter's fault costs speculation, never the request.
+            if let Some(r) = guarded(&mut self.stats, || drafter.track_record()).flatten() {
+                c.seed(r.alpha, r.judged, r.step_secs);
+            }
+        }
+        let wanted = self
+            .controller
+            .as_mut()
+            .map_or(self.params.max_draft_tokens, AdaptiveK::next_k);
+        let left = self.params.max_tokens.saturating_sub(self.ids.len() + 1);
+        let k = wanted.min(k_cap).min(left);
+        let ctx = DraftContext {
+            tokens: &self.history,
+            prompt_len: self.prompt_len,
+            sampling: &self.params.sampling,
+            hidden: self.hidden.as_deref(),
+            row_cost,
+        };
+        let t = Instant::now();
+        let draft = propose_checked(drafter, &ctx, k, vocab, &mut self.stats);
+        let draft_time = t.elapsed();
+        let mut tokens = Vec::with_capacity(draft.len() + 1);
+        tokens.extend(self.pending);
+        tokens.extend_from_slice(&draft.tokens);
+        RoundInput {
+            tokens,
+            draft,
+            draft_time,
+        }
+    }
+
+    /// Verify a round against the target's rows for it (logits [k + 1, vocab], hidden states
+    /// [k + 1, hidden] or empty), roll the cache back to the accepted prefix, commit, and
+    /// return the text released.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle(
+        &mut self,
+        model: &mut dyn TargetBackend,
+        round: RoundInput,
+        rows: &[f32],
+        hidden: &[f32],
+        verify_time: Duration,
+        drafter: &mut dyn Drafter,
+        tok: &Tokenizer,
+    ) -> Result<String, GenerateError> {
+        let vocab = model.config().vocab_size;
+        let base = model.seq_len(self.seq).unwrap_or(0) - round.tokens.len();
+        let draft = round.draft;
+        // The pass's rows behind the committed tokens: the accepted path, then `next`'s.
+        let (committed, used_rows, judged) = match draft.as_tree() {
+            Some(tree) => {
+                let v = verify_tree_greedy(&tree, rows, vocab);
+                let used: Vec<usize> = std::iter::once(0)
+                    .chain(v.path.iter().map(|n| n + 1))
+                    .collect();
+                // The path's keys and values move into place; other branches leave.
+                model.keep_rows(self.seq, base, &used)?;
+                let mut c: Vec<TokenId> = v.path.iter().map(|&n| tree.tokens[n]).collect();
+                c.push(v.next);
+                (c, used, tree.max_depth())
+            }
+            None => {
+                let v = verify(&draft, rows, vocab, &self.params.sampling, &mut self.rng);
+                // Rejected drafts leave the cache; `v.next` is not in it yet.
+                model.truncate(self.seq, base + 1 + v.accepted)?;
+                let mut c = draft.tokens[..v.accepted].to_vec();
+                c.push(v.next);
+                (c, (0..=v.accepted).collect(), draft.len())
+            }
+        };
+        let accepted = committed.len() - 1;
+        self.stats
+            .record_round(judged, accepted, round.draft_time, verify_time);
+        if let Some(c) = self.controller.as_mut() {
+            c.observe(
+                judged,
+                accepted,
+                round.draft_time.as_secs_f64(),
+                verify_time.as_secs_f64(),
+            );
+        }
+        // `next` came from the last used row: its hidden state drafts the next round.
+        let width = model.config().hidden;
+        let last = used_rows[accepted];
+        self.hidden = hidden
+            .get(last * width..(last + 1) * width)
+            .map(<[f32]>::to_vec);
+        if let Some(g) = self.gaps.as_mut() {
+            g.extend(
+                used_rows
+                    .iter()
+                    .map(|&j| top2_gap(&rows[j * vocab..(j + 1) * vocab])),
+            );
+        }
+        let before = self.ids.len();
+        let history = self.history.len();
+        let released = self.commit(&committed, tok)?;
+        let used = self.history.len() - history;
+        if used < committed.len() {
+            self.stats.trim_last_round(judged, accepted, used);
+        }
+        self.record_logprobs(before, &committed, |j| {
+            &rows[used_rows[j] * vocab..(used_rows[j] + 1) * vocab]
+        });
+        if self.finish.is_some() {
+            // Stopped inside the round: accepted drafts past the end leave the cache too.
+            let end = self.prompt_len + self.ids.len();
+            if model.seq_len(self.seq).is_some_and(|len| len > end) {
+                model.truncate(self.seq, end)?;
+            }
+        }
+        let ctx = DraftContext {
+            tokens: &self.history,
+            prompt_len: self.prompt_len,
+            sampling: &self.params.sampling,
+            hidden: self.hidden.as_deref(),
+            row_cost: None,
+        };
+        guarded(&mut self.stats, || drafter.on_commit(&ctx, accepted));
+        self.pending = committed.last().copied();
+        Ok(released)
+    }
+
+    /// Commit tokens in order until one ends the sequence (EOS, a stop string, max_tokens).
+    fn commit(&mut self, tokens: &[TokenId], tok: &Tokenizer) -> Result<String, GenerateError> {
+        let mut released = String::new();
+        for &t in tokens {
+            if self.finish.is_some() {
+                break;
+            }
+            self.history.push(t);
+            if t == tok.eos() {
+                self.finish = Some(FinishReason::Stop);
+                break;
+            }
+            self.ids.push(t);
+            let piece = self.stream.push(tok, t)?;
+            if let Some(q) = self.logprobs.as_mut() {
+                q.committed(piece.as_ref().map(String::len));
+            }
+            if let Some(piece) = piece {
+                released += &self.stops.push(&piece);
+            }
+            if self.stops.stopped() {
+                self.finish = Some(FinishReason::Stop);
+            } else if self.ids.len() >= self.params.max_tokens {
+                self.finish = Some(FinishReason::Length);
+            }
+        }
+        self.text += &released;
+        Ok(released)
+    }
+
+    /// End the sequence: release held-back text, let the drafter learn from it.
+    pub fn finish(
+        &mut self,
+        drafter: &mut dyn Drafter,
+        tok: &Tokenizer,
+    ) -> Result<String, GenerateError> {
+        let mut tail = String::new();
+        if !self.stops.stopped() {
+            let rest = self.stream.flush(tok)?.unwrap_or_default();
+            tail += &self.stops.push(&rest);
+            tail += &self.stops.finish();
+        }
+        self.text += &tail;
+        if let Some(q) = self.logprobs.as_mut() {
+            q.release_all();
+        }
+        self.finish.get_or_insert(FinishReason::Length);
+        guarded(&mut self.stats, || drafter.finish());
+        Ok(tail)
+    }
+}
+
+/// The difference between the two largest logits of a row ([vocab]).
+pub fn top2_gap(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in row {
+        if x > a {
+            b = a;
+            a = x;
+        } else if x > b {
+            b = x;
+        }
+    }
+    a - b
+}

@@ -1,0 +1,264 @@
+//! OpenAI's generation endpoints: authenticate, validate, hand the request to a
+//! [`RequestActor`], and shape what comes back into OpenAI's bodies or server-sent events.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::auth::{authenticate, store_error};
+use super::body::read_body;
+use super::error::ApiError;
+use super::logprobs_json::Renderer;
+use super::prepare::prepare;
+use super::requests::{
+    parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestBody, RequestLimits,
+};
+use super::responses::{self, Endpoint, ResponseMeta};
+use super::state::{AppState, State};
+use crate::clock::unix_now;
+use crate::engine::logprobs::TokenLogprob;
+use crate::gateway::actors::request::{Outgoing, RequestActor};
+use crate::gateway::admission::Ticket;
+
+fn workload_header(req: &HttpRequest) -> Option<&str> {
+    req.headers().get("x-workload")?.to_str().ok()
+}
+
+/// Turns an endpoint's body into the one request shape both endpoints run.
+type Validate<T> = fn(T, &RequestLimits, Option<&str>) -> Result<GenerationRequest, ApiError>;
+
+/// Authenticate, read, parse and validate the body, then run it.
+async fn generation<T: RequestBody>(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+    endpoint: Endpoint,
+    validate: Validate<T>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = authenticate(&state, &req)?;
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the server is shutting down"));
+    }
+    let body = read_body(payload, state.body_limit).await?;
+    let request = validate(
+        parse_body::<T>(&body)?,
+        &state.limits,
+        workload_header(&req),
+    )?;
+    respond(&state, tenant, request, endpoint).await
+}
+
+/// Chat completion (OpenAI's), streamed as server-sent events when `stream` is true.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "generation",
+    request_body = crate::gateway::http::requests::ChatRequest,
+    responses((status = 200, description = "The answer, or its events when streamed",
+        content((crate::gateway::http::responses::ChatCompletion = "application/json"),
+                (crate::gateway::http::responses::SseEvent = "text/event-stream")))),
+    security(("api_key" = [])))]
+pub async fn chat_completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    generation(req, payload, state, Endpoint::Chat, ChatRequest::validate).await
+}
+
+/// Text completion (OpenAI's legacy endpoint), streamed when `stream` is true.
+#[utoipa::path(post, path = "/v1/completions", tag = "generation",
+    request_body = crate::gateway::http::requests::CompletionRequest,
+    responses((status = 200, description = "The answer, or its events when streamed",
+        content((crate::gateway::http::responses::TextCompletion = "application/json"),
+                (crate::gateway::http::responses::SseEvent = "text/event-stream")))),
+    security(("api_key" = [])))]
+pub async fn completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: State,
+) -> Result<HttpResponse, ApiError> {
+    generation(
+        req,
+        payload,
+        state,
+        Endpoint::Completion,
+        CompletionRequest::validate,
+    )
+    .await
+}
+
+async fn respond(
+    state: &AppState,
+    tenant: String,
+    request: GenerationRequest,
+    endpoint: Endpoint,
+) -> Result<HttpResponse, ApiError> {
+    let job = prepare(&state.tokenizer, &state.limits, tenant, &request)?;
+    let overrides = state
+        .tenants
+        .limits(&job.route.tenant)
+        .map_err(store_error)?;
+    let mut ticket = state.quotas.admit(
+        &job.route.tenant,
+        &overrides,
+        (job.prompt.len() + job.params.max_tokens) as u64,
+    )?;
+    // Random, not a counter: a sequential id would tell every tenant the server's traffic.
+    let id: u128 = rand::random();
+    let meta = ResponseMeta {
+        id: match endpoint {
+            Endpoint::Chat => format!("chatcmpl-{id:032x}"),
+            Endpoint::Completion => format!("cmpl-{id:032x}"),
+        },
+        created: unix_now(),
+        model: state.limits.model_id.clone(),
+        endpoint,
+    };
+    let (admitted, out) = RequestActor::launch(job, &state.services);
+    let admission = admitted.await.unwrap_or_else(|_| {
+        Err(ApiError::internal(
+            "the request actor stopped before admitting",
+        ))
+    });
+    if let Err(e) = admission {
+        // Refused before any token was computed: the tenant's quota pays nothing for it.
+        ticket.used(0);
+        return Err(e);
+    }
+    let logprobs = request
+        .logprobs
+        .map(|_| Renderer::new(Arc::clone(&state.tokenizer), endpoint));
+    if request.stream {
+        let events = sse_stream(out, meta, request.include_usage, ticket, logprobs);
+        return Ok(HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .streaming(events));
+    }
+    collect(out, &meta, ticket, logprobs).await
+}
+
+/// Wait for the whole answer.
+async fn collect(
+    mut out: mpsc::UnboundedReceiver<Outgoing>,
+    meta: &ResponseMeta,
+    mut ticket: Ticket,
+    mut logprobs: Option<Renderer>,
+) -> Result<HttpResponse, ApiError> {
+    let (mut text, mut entries) = (String::new(), Vec::new());
+    while let Some(item) = out.recv().await {
+        match item {
+            Outgoing::Text(t, lp) => {
+                text += &t;
+                entries.extend(lp);
+            }
+            Outgoing::Done(summary) => {
+                ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
+                let lp = logprobs.as_mut().map(|r| r.render(&entries));
+                let body = responses::with_logprobs(responses::full(meta, &text, &summary), lp);
+                return Ok(HttpResponse::Ok().json(body));
+            }
+            Outgoing::Failed(why) => {
+                // The server failed it: the tenant's quota is not charged.
+                ticket.used(0);
+                return Err(ApiError::internal(why));
+            }
+        }
+    }
+    Err(ApiError::internal("the request ended without an answer"))
+}
+
+/// The answer as server-sent events, ending with `data: [DONE]`. Dropping the stream (the
+/// client went away) closes `out`, and the request actor cancels the sequence.
+fn sse_stream(
+    out: mpsc::UnboundedReceiver<Outgoing>,
+    meta: ResponseMeta,
+    include_usage: bool,
+    ticket: Ticket,
+    logprobs: Option<Renderer>,
+) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
+    struct S {
+        out: mpsc::UnboundedReceiver<Outgoing>,
+        meta: ResponseMeta,
+        first: bool,
+        done: bool,
+        // Held as long as the stream: dropped at its end or when the client goes away.
+        ticket: Ticket,
+        logprobs: Option<Renderer>,
+        // Log-probabilities not sent yet: the engine sends a token's entry with its text,
+        // so these are only entries on a text-less event (tokens a stop string cut, or
+        // whose text is empty); they go with the next chunk that carries text, or the
+        // finish chunk.
+        held: Vec<TokenLogprob>,
+    }
+    impl S {
+        /// `chunk` with the held log-probabilities, if any (asked for and not yet sent).
+        fn with_held(&mut self, chunk: serde_json::Value) -> serde_json::Value {
+            let held = std::mem::take(&mut self.held);
+            let lp = self
+                .logprobs
+                .as_mut()
+                .filter(|_| !held.is_empty())
+                .map(|r| r.render(&held));
+            responses::with_logprobs(chunk, lp)
+        }
+    }
+    let s = S {
+        out,
+        meta,
+        first: true,
+        done: false,
+        ticket,
+        logprobs,
+        held: Vec::new(),
+    };
+    futures_util::stream::unfold(s, move |mut s| async move {
+        if s.done {
+            return None;
+        }
+        let bytes = loop {
+            match s.out.recv().await {
+                Some(Outgoing::Text(t, lp)) if t.is_empty() => s.held.extend(lp),
+                Some(Outgoing::Text(t, lp)) => {
+                    s.held.extend(lp);
+                    let chunk = responses::text_chunk(&s.meta, &t, s.first);
+                    s.first = false;
+                    break responses::sse(&s.with_held(chunk));
+                }
+                Some(Outgoing::Done(summary)) => {
+                    s.ticket
+                        .used((summary.prompt_tokens + summary.completion_tokens) as u64);
+                    let finish = responses::finish_chunk(&s.meta, summary.finish_reason);
+                    let mut b = responses::sse(&s.with_held(finish)).to_vec();
+                    if include_usage {
+                        b.extend_from_slice(&responses::sse(&responses::usage_chunk(
+                            &s.meta, &summary,
+                        )));
+                    }
+                    b.extend_from_slice(responses::SSE_DONE);
+                    s.done = true;
+                    break Bytes::from(b);
+                }
+                Some(Outgoing::Failed(why)) => {
+                    s.ticket.used(0);
+                    s.done = true;
+                    break error_event(&why);
+                }
+                None => {
+                    s.done = true;
+                    break error_event("the request ended without an answer");
+                }
+            }
+        };
+        Some((Ok(bytes), s))
+    })
+}
+
+/// A failure after the stream began: OpenAI's error object as an event, then the end.
+fn error_event(why: &str) -> Bytes {
+    let mut b = responses::sse(&ApiError::internal(why).body()).to_vec();
+    b.extend_from_slice(responses::SSE_DONE);
+    Bytes::from(b)
+}

@@ -1,0 +1,19 @@
+//! The HTTP surface: OpenAI's endpoints, the admin and analyst APIs, operations endpoints.
+//! Handlers authenticate, validate and hand work to the actors; they compute nothing else.
+
+pub mod analytics;
+pub mod auth;
+pub mod body;
+pub mod completions;
+pub mod error;
+pub mod logprobs_json;
+pub mod openapi;
+pub mod ops;
+pub mod policies_api;
+pub mod prepare;
+pub mod requests;
+pub mod responses;
+pub mod routes;
+pub mod state;
+pub mod tenants_api;
+pub mod validate;

@@ -1,0 +1,33 @@
+//! What every handler shares: the gateway's services, stores, limits and flags.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use actix_web::web;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::gateway::actors::request::Services;
+use crate::gateway::admission::Quotas;
+use crate::gateway::http::requests::RequestLimits;
+use crate::model::tokenizer::Tokenizer;
+use crate::store::policies::PolicyStore;
+use crate::store::tenants::TenantStore;
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub services: Services,
+    pub tenants: TenantStore,
+    pub policies: PolicyStore,
+    pub history: sled::Tree,
+    pub tokenizer: Arc<Tokenizer>,
+    pub limits: RequestLimits,
+    pub admin_token: Option<String>,
+    pub metrics: PrometheusHandle,
+    pub body_limit: usize,
+    pub quotas: Arc<Quotas>,
+    /// Set on SIGTERM: not ready, new generations refused while in-flight ones finish.
+    pub draining: Arc<AtomicBool>,
+    pub started: u64,
+}
+
+pub type State = web::Data<AppState>;

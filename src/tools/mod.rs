@@ -1,0 +1,12 @@
+//! The operator's and developer's tools around the server: benchmarks, the load generator,
+//! the soak, the shipped prompt sets, and routing policies as files.
+
+pub mod bench_decode;
+pub mod bench_policy;
+pub mod bench_spec;
+pub mod loadgen;
+pub mod loadgen_report;
+pub mod policy_files;
+pub mod prompts;
+pub mod soak;
+pub mod soak_client;
