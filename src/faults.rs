@@ -1,11 +1,16 @@
 //! Fault injection for reliability tests: `specgate serve --inject-faults SPEC` (hidden) makes
 //! the engine thread panic at a given step or every drafter fail every n-th proposal, so the
 //! tests can prove what users rely on — a dead engine answers 503 instead of hanging, a
-//! failing drafter costs speculation, never the answer. Off unless asked for.
+//! failing drafter costs speculation, never the answer. Off unless asked for: the faults are
+//! hooks installed at start ([`Faults::step_hook`], [`Faults::drafter_hook`]), not fields
+//! the engine's or the drafters' types carry.
+
+use std::sync::Arc;
 
 use specgate_strategies::{Draft, DraftContext, DraftError, Drafter, TrackRecord};
 
-use crate::drafting::registry::BoxedDrafter;
+use crate::drafting::registry::{BoxedDrafter, DrafterHook};
+use crate::engine::StepHook;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
@@ -43,18 +48,28 @@ impl std::str::FromStr for Faults {
 }
 
 impl Faults {
-    /// `drafter`, failing every n-th proposal if asked to.
-    pub fn wrap(&self, drafter: BoxedDrafter) -> BoxedDrafter {
-        match self.drafter_fail_every {
-            Some(every) => Box::new(FailingDrafter {
+    /// The engine's hook: panic when the step asked for runs.
+    pub fn step_hook(&self) -> Option<StepHook> {
+        let at = self.engine_panic_at_step?;
+        Some(Box::new(move |step| {
+            if step == at {
+                panic!("injected engine fault at step {step}");
+            }
+        }))
+    }
+
+    /// The strategy actors' hook: every drafter fails every n-th proposal.
+    pub fn drafter_hook(&self) -> Option<DrafterHook> {
+        let every = self.drafter_fail_every?;
+        Some(Arc::new(move |drafter| -> BoxedDrafter {
+            Box::new(FailingDrafter {
                 inner: drafter,
                 every,
                 calls: 0,
                 commits: 0,
                 lookups: std::cell::Cell::new(0),
-            }),
-            None => drafter,
-        }
+            })
+        }))
     }
 }
 

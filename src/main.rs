@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 
 mod cli;
 use serde_json::json;
-use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
+use specgate::drafting::registry::{
+    self, BuildDrafter, DrafterConfig, Needs, StrategyKind, SUFFIX_MAX_DEPTH,
+};
 use specgate::engine::generate::{generate, GenerateParams};
 use specgate::model::chat_template::ChatMessage;
 use specgate::model::fetch::{default_model_path, ensure_default_model};
@@ -380,24 +382,21 @@ fn run() -> Result<()> {
         } => {
             let model = resolve_model(model)?;
             if strategies.is_empty() {
-                strategies = vec![
-                    StrategyKind::Ngram,
-                    StrategyKind::Suffix,
-                    StrategyKind::EarlyExit,
-                ];
-                if draft_model.is_some() {
-                    strategies.push(StrategyKind::Draft);
-                }
+                // Every registered strategy whose needs these arguments meet (plain is the
+                // baseline every one is measured against).
                 let heads = medusa_heads
                     .clone()
                     .unwrap_or_else(|| specgate::heads::bundle::default_dir(&model));
-                if heads.join("heads.json").exists() {
-                    strategies.extend([
-                        StrategyKind::Medusa,
-                        StrategyKind::MedusaTree,
-                        StrategyKind::SuffixMedusa,
-                    ]);
-                }
+                let has = |needs| match needs {
+                    Needs::Nothing | Needs::EarlyExitLayers => true,
+                    Needs::DraftModel => draft_model.is_some(),
+                    Needs::MedusaHeads => heads.join("heads.json").exists(),
+                };
+                strategies = registry::REGISTRY
+                    .iter()
+                    .filter(|r| r.kind != StrategyKind::Plain && has(r.needs))
+                    .map(|r| r.kind)
+                    .collect();
             }
             let cfg = specgate::tools::bench_spec::SpecBenchConfig {
                 model,

@@ -10,29 +10,6 @@ use std::process::Command;
 use common::server::{Server, ADMIN};
 use serde_json::json;
 
-/// Debian's chromium; installed when missing (CI's .ci/run installs it first).
-fn chromium() -> PathBuf {
-    let find = || {
-        ["chromium", "chromium-browser", "google-chrome"]
-            .into_iter()
-            .find(|c| {
-                Command::new(c)
-                    .arg("--version")
-                    .output()
-                    .is_ok_and(|o| o.status.success())
-            })
-            .map(PathBuf::from)
-    };
-    if let Some(c) = find() {
-        return c;
-    }
-    let _ = Command::new("apt-get")
-        .args(["install", "-y", "-q", "chromium"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status();
-    find().expect("headless Chromium is needed: apt-get install chromium")
-}
-
 fn headless(browser: &PathBuf, profile: &std::path::Path) -> Command {
     let mut c = Command::new(browser);
     c.args([
@@ -68,7 +45,10 @@ fn points_after(dom: &str, marker: &str) -> usize {
 
 #[test]
 fn the_dashboard_draws_every_route_with_data() {
-    let browser = chromium();
+    let Some(browser) = common::outside::chromium() else {
+        let install = "Chromium: apt-get install chromium, or set SPECGATE_CHROMIUM";
+        return common::outside::skip("a headless Chromium", install);
+    };
     let s = Server::start(&["--history-flush-ms", "100"]);
     let key = s.tenant("acme");
     let prompt = "Rename x to n:\n```python\ndef f(x):\n    return x + x\n```";

@@ -487,3 +487,28 @@ fn a_held_answer_still_times_its_first_token_and_each_token_after() {
     let itl = s.metric("specgate_inter_token_latency_seconds_sum");
     assert!(itl > e2e / 4.0 && itl < e2e, "ITL sum {itl} s of {e2e} s");
 }
+
+#[test]
+fn metrics_show_the_engine_gauges_at_zero_before_the_first_request() {
+    let s = Server::start(&[]);
+    let text = ureq::get(&s.url("/metrics"))
+        .set(
+            "Authorization",
+            &format!("Bearer {}", common::server::ADMIN),
+        )
+        .call()
+        .expect("/metrics")
+        .into_string()
+        .expect("text");
+    for gauge in [
+        "specgate_live_sequences",
+        "specgate_queue_depth",
+        "specgate_kv_cache_bytes",
+        "specgate_kv_cache_reserved_bytes",
+    ] {
+        assert!(
+            text.lines().any(|l| l == format!("{gauge} 0")),
+            "{gauge} is not at zero from start-up:\n{text}"
+        );
+    }
+}

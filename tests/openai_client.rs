@@ -1,5 +1,5 @@
 //! The official `openai` Python client drives the server (tests/clients/openai_client.py).
-//! The client is pinned and installed with pip when missing, as the model is fetched.
+//! The client is pinned; when python3 lacks it, it is installed into `target/py-venv`.
 
 mod common;
 
@@ -9,37 +9,21 @@ use common::server::Server;
 
 const OPENAI: &str = "openai==3.57.0";
 
-fn ensure_openai() {
-    let present = Command::new("python3")
-        .args(["-c", "import openai"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !present {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                OPENAI,
-            ])
-            .status()
-            .expect("running pip");
-        assert!(status.success(), "installing {OPENAI} with pip failed");
-    }
-}
-
 #[test]
 fn the_official_openai_python_client_works_unchanged() {
-    ensure_openai();
+    let Some(python) = common::outside::python_with("openai", OPENAI) else {
+        return common::outside::skip(
+            "the openai Python package",
+            &format!("pip install {OPENAI}"),
+        );
+    };
     let s = Server::start(&[]);
     let key = s.tenant("python");
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/clients/openai_client.py"
     );
-    let out = Command::new("python3")
+    let out = Command::new(&python)
         .arg(script)
         .env("SPECGATE_URL", &s.base)
         .env("SPECGATE_KEY", &key)

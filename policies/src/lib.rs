@@ -9,6 +9,7 @@ pub mod plan;
 pub mod policy;
 pub mod prediction;
 pub mod recall;
+pub mod shadow_verdict;
 pub mod step_costs;
 pub mod workload;
 
@@ -18,7 +19,7 @@ mod fixtures;
 pub use adaptive_k::{expected_speedup, AdaptiveK};
 pub use cost::LoadView;
 pub use learner::{Constraints, Learner, Observation, RouteKey};
-pub use plan::{default_plan, k_under_load, Load, SpecPlan};
+pub use plan::{default_plan, k_under_load, Load, SpecOverride, SpecPlan};
 pub use policy::{default_policy, PolicyError, RoutePolicy, ANY_TENANT};
 pub use prediction::{plan_for_prediction, PREDICTION_ALPHA};
 pub use recall::{plan_for_recall, RECALL_MIN_TOKENS};

@@ -7,6 +7,19 @@ use specgate_strategies::StrategyKind;
 
 use crate::workload::WorkloadClass;
 
+/// What the client asked of speculation for one request (the planner honours it within
+/// the route's policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpecOverride {
+    #[default]
+    Default,
+    Disabled,
+    Use {
+        strategy: Option<StrategyKind>,
+        k: Option<usize>,
+    },
+}
+
 /// Strategy and k for a request (k = 0 or `Plain`: no speculation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpecPlan {

@@ -178,8 +178,8 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
             kv_budget_bytes: args.kv_budget_mib << 20,
             queue_capacity: args.queue_capacity,
             spec_off_occupancy: args.spec_off_occupancy,
-            faults: args.inject_faults,
         },
+        faults: args.inject_faults,
         max_tokens_limit: args.max_tokens_limit,
         default_max_tokens: args.default_max_tokens,
         body_limit: args.body_limit,
@@ -200,19 +200,21 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
 }
 
 pub fn run_policy(which: PolicyCommand) -> Result<()> {
-    let open = |db: &PathBuf| -> Result<specgate::store::policies::PolicyStore> {
-        let db = sled::open(db).with_context(|| format!("opening {}", db.display()))?;
-        specgate_migrations::migrate(&db)?;
-        Ok(specgate::store::policies::PolicyStore::open(&db)?)
+    let open = |db: &PathBuf| -> Result<std::sync::Arc<dyn specgate::store::PolicyStore>> {
+        let stores = specgate::store::Stores::open(db)?;
+        Ok(stores.policies)
     };
     match which {
         PolicyCommand::Export { db, out } => {
-            let n = specgate::tools::policy_files::export(&open(&db)?, &out)?;
+            let n = specgate::tools::policy_files::export(open(&db)?.as_ref(), &out)?;
             println!("exported {n} policies to {}", out.display());
         }
         PolicyCommand::Import { db, dir } => {
-            let n =
-                specgate::tools::policy_files::import(&open(&db)?, &dir, "specgate policy import")?;
+            let n = specgate::tools::policy_files::import(
+                open(&db)?.as_ref(),
+                &dir,
+                "specgate policy import",
+            )?;
             println!("imported {n} policies from {}", dir.display());
         }
     }

@@ -45,7 +45,7 @@ pub struct ModelDrafter {
 #[derive(Debug, thiserror::Error)]
 pub enum DraftModelError {
     #[error(transparent)]
-    CpuModel(#[from] ModelError),
+    Model(#[from] ModelError),
     #[error("draft model {path}: {why}; it must share the target's vocabulary")]
     Vocabulary { path: String, why: String },
 }

@@ -1,6 +1,7 @@
 //! Choosing a draft strategy by name and building its drafter.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use specgate_strategies::StrategyKind;
 use specgate_strategies::{
@@ -8,7 +9,8 @@ use specgate_strategies::{
     SharedSuffixCache, SuffixDrafter, UnknownStrategy,
 };
 
-use crate::drafting::model_drafter::{DraftModelError, ModelDrafter};
+use crate::drafting::model_drafter::{DraftModelError, ModelDrafter, SharedModel};
+use crate::heads::bundle::MedusaBundle;
 use crate::model::tokenizer::Tokenizer;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +23,8 @@ pub enum StrategyError {
     DraftModel(#[from] DraftModelError),
     #[error("medusa heads: {0}")]
     Medusa(#[from] crate::heads::bundle::MedusaError),
+    #[error("strategy {0} cannot draft here: {needs} not loaded", needs = registration(*.0).needs.what())]
+    NotLoaded(StrategyKind),
 }
 
 /// What building a drafter may need beyond its kind.
@@ -51,7 +55,214 @@ pub const DEFAULT_EXIT_LAYER: usize = 8;
 /// A drafter that can move to the engine's thread.
 pub type BoxedDrafter = specgate_strategies::SendDrafter;
 
-/// Building a drafter for a [`StrategyKind`].
+/// Wraps every drafter a strategy actor hands out (fault injection installs one).
+pub type DrafterHook = Arc<dyn Fn(BoxedDrafter) -> BoxedDrafter + Send + Sync>;
+
+/// What a strategy's drafters need loaded beyond the target (a server without it does not
+/// offer the strategy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    /// A separate draft GGUF (`--draft-model`).
+    DraftModel,
+    /// The target's first layers as a draft model (`--exit-layer`).
+    EarlyExitLayers,
+    /// Medusa heads for the target.
+    MedusaHeads,
+}
+
+/// What drafters are built from, loaded once (a server's strategy actors, a command).
+#[derive(Clone, Default)]
+pub struct DraftResources {
+    pub draft_model: Option<SharedModel>,
+    pub early_exit: Option<SharedModel>,
+    pub medusa: Option<MedusaBundle>,
+    /// The answer corpus the suffix strategies consult after a tenant's own text.
+    pub corpus: Option<SharedCorpus>,
+}
+
+impl Needs {
+    /// What is needed, in words.
+    pub fn what(self) -> &'static str {
+        match self {
+            Needs::Nothing => "nothing",
+            Needs::DraftModel => "a draft model (--draft-model)",
+            Needs::EarlyExitLayers => "the target's early-exit layers",
+            Needs::MedusaHeads => "Medusa heads",
+        }
+    }
+}
+
+impl DraftResources {
+    /// Whether a strategy with these needs can be built.
+    pub fn has(&self, needs: Needs) -> bool {
+        match needs {
+            Needs::Nothing => true,
+            Needs::DraftModel => self.draft_model.is_some(),
+            Needs::EarlyExitLayers => self.early_exit.is_some(),
+            Needs::MedusaHeads => self.medusa.is_some(),
+        }
+    }
+}
+
+/// One sequence's share of a drafter: its seed, and the cache of earlier text (one scope: a
+/// tenant, a process) the suffix strategies draft from.
+#[derive(Clone, Default)]
+pub struct DraftRequest {
+    pub seed: u64,
+    pub suffix_cache: Option<SharedSuffixCache>,
+}
+
+type Build = fn(StrategyKind, &DraftResources, DraftRequest) -> Result<BoxedDrafter, StrategyError>;
+
+/// A strategy as the server offers it: what it needs and how one sequence's drafter is built.
+pub struct Registration {
+    pub kind: StrategyKind,
+    pub needs: Needs,
+    pub build: Build,
+}
+
+/// Every strategy's drafter, in one place. Adding a strategy: its drafter in `strategies/`,
+/// its name in `StrategyKind`, and one row here.
+pub const REGISTRY: [Registration; 8] = [
+    Registration {
+        kind: StrategyKind::Plain,
+        needs: Needs::Nothing,
+        build: |_, _, _| Ok(Box::new(PlainDrafter)),
+    },
+    Registration {
+        kind: StrategyKind::Ngram,
+        needs: Needs::Nothing,
+        build: |_, _, _| Ok(Box::new(NgramDrafter::default())),
+    },
+    Registration {
+        kind: StrategyKind::Suffix,
+        needs: Needs::Nothing,
+        build: |_, res, req| {
+            Ok(Box::new(suffix_drafter(
+                req.suffix_cache,
+                res.corpus.clone(),
+            )))
+        },
+    },
+    Registration {
+        kind: StrategyKind::Draft,
+        needs: Needs::DraftModel,
+        build: |kind, res, req| model_drafter(kind, res.draft_model.as_ref(), req.seed),
+    },
+    Registration {
+        kind: StrategyKind::EarlyExit,
+        needs: Needs::EarlyExitLayers,
+        build: |kind, res, req| model_drafter(kind, res.early_exit.as_ref(), req.seed),
+    },
+    Registration {
+        kind: StrategyKind::Medusa,
+        needs: Needs::MedusaHeads,
+        build: heads_drafter,
+    },
+    Registration {
+        kind: StrategyKind::MedusaTree,
+        needs: Needs::MedusaHeads,
+        build: heads_drafter,
+    },
+    Registration {
+        kind: StrategyKind::SuffixMedusa,
+        needs: Needs::MedusaHeads,
+        build: heads_drafter,
+    },
+];
+
+/// The registration of `kind`.
+pub fn registration(kind: StrategyKind) -> &'static Registration {
+    REGISTRY
+        .iter()
+        .find(|r| r.kind == kind)
+        .unwrap_or(&REGISTRY[0]) // unreachable: a test checks every kind has its row
+}
+
+/// The strategies `resources` can build, in registry order.
+pub fn available(resources: &DraftResources) -> Vec<StrategyKind> {
+    REGISTRY
+        .iter()
+        .filter(|r| resources.has(r.needs))
+        .map(|r| r.kind)
+        .collect()
+}
+
+/// A drafter for one sequence of a `kind` these resources can build.
+pub fn build(
+    kind: StrategyKind,
+    resources: &DraftResources,
+    request: DraftRequest,
+) -> Result<BoxedDrafter, StrategyError> {
+    (registration(kind).build)(kind, resources, request)
+}
+
+fn model_drafter(
+    kind: StrategyKind,
+    model: Option<&SharedModel>,
+    seed: u64,
+) -> Result<BoxedDrafter, StrategyError> {
+    let model = model.ok_or(StrategyError::NotLoaded(kind))?;
+    Ok(Box::new(ModelDrafter::for_sequence(
+        kind.name(),
+        Arc::clone(model),
+        seed,
+    )))
+}
+
+fn heads_drafter(
+    kind: StrategyKind,
+    res: &DraftResources,
+    req: DraftRequest,
+) -> Result<BoxedDrafter, StrategyError> {
+    let b = res.medusa.as_ref().ok_or(StrategyError::NotLoaded(kind))?;
+    Ok(medusa_drafter(
+        kind,
+        b,
+        req.seed,
+        req.suffix_cache,
+        res.corpus.clone(),
+    ))
+}
+
+impl DrafterConfig {
+    /// Load what `kind` needs from the paths given (a command builds one strategy's drafter).
+    pub fn resources(
+        &self,
+        kind: StrategyKind,
+        target: &Tokenizer,
+    ) -> Result<DraftResources, StrategyError> {
+        let mut res = DraftResources {
+            corpus: self.corpus.clone(),
+            ..DraftResources::default()
+        };
+        match registration(kind).needs {
+            Needs::Nothing => {}
+            Needs::DraftModel => {
+                let path = self
+                    .draft_model
+                    .as_ref()
+                    .ok_or(StrategyError::NoDraftModel)?;
+                res.draft_model = Some(ModelDrafter::load_separate(path, target)?);
+            }
+            Needs::EarlyExitLayers => {
+                let layers = ModelDrafter::load_early_exit(&self.target_path, self.exit_layer)?;
+                res.early_exit = Some(layers);
+            }
+            Needs::MedusaHeads => {
+                let dir = self
+                    .medusa_heads
+                    .clone()
+                    .unwrap_or_else(|| crate::heads::bundle::default_dir(&self.target_path));
+                res.medusa = Some(crate::heads::bundle::load(&dir, &self.target_path)?);
+            }
+        }
+        Ok(res)
+    }
+}
+
+/// Building a drafter for a [`StrategyKind`] from a [`DrafterConfig`] (commands and tests).
 pub trait BuildDrafter {
     /// A drafter for this strategy. Model drafters load their weights here: build once and
     /// reuse across sequences (they resynchronise to whatever sequence they are given).
@@ -60,34 +271,12 @@ pub trait BuildDrafter {
 
 impl BuildDrafter for StrategyKind {
     fn build(self, cfg: &DrafterConfig, target: &Tokenizer) -> Result<BoxedDrafter, StrategyError> {
-        Ok(match self {
-            StrategyKind::Plain => Box::new(PlainDrafter),
-            StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => {
-                Box::new(suffix_drafter(cfg.suffix_cache.clone(), cfg.corpus.clone()))
-            }
-            StrategyKind::Draft => {
-                let path = cfg
-                    .draft_model
-                    .as_ref()
-                    .ok_or(StrategyError::NoDraftModel)?;
-                Box::new(ModelDrafter::separate(path, target, cfg.seed)?)
-            }
-            StrategyKind::EarlyExit => Box::new(ModelDrafter::early_exit(
-                &cfg.target_path,
-                cfg.exit_layer,
-                cfg.seed,
-            )?),
-            StrategyKind::Medusa | StrategyKind::MedusaTree | StrategyKind::SuffixMedusa => {
-                let dir = cfg
-                    .medusa_heads
-                    .clone()
-                    .unwrap_or_else(|| crate::heads::bundle::default_dir(&cfg.target_path));
-                let b = crate::heads::bundle::load(&dir, &cfg.target_path)?;
-                let (cache, corpus) = (cfg.suffix_cache.clone(), cfg.corpus.clone());
-                medusa_drafter(self, &b, cfg.seed, cache, corpus)
-            }
-        })
+        let res = cfg.resources(self, target)?;
+        let request = DraftRequest {
+            seed: cfg.seed,
+            suffix_cache: cfg.suffix_cache.clone(),
+        };
+        build(self, &res, request)
     }
 }
 
@@ -129,7 +318,7 @@ pub fn suffix_drafter(
 /// `suffix-medusa` drafts by suffix lookup over `suffix_cache` and falls back to the heads.
 pub fn medusa_drafter(
     kind: StrategyKind,
-    b: &crate::heads::bundle::MedusaBundle,
+    b: &MedusaBundle,
     seed: u64,
     suffix_cache: Option<SharedSuffixCache>,
     corpus: Option<SharedCorpus>,
@@ -145,5 +334,40 @@ pub fn medusa_drafter(
             SUFFIX_MEDUSA_HEADS,
         )),
         _ => Box::new(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_strategy_has_exactly_one_registration() {
+        for kind in StrategyKind::ALL {
+            let rows = REGISTRY.iter().filter(|r| r.kind == kind).count();
+            assert_eq!(rows, 1, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_server_offers_what_it_loaded_and_a_missing_model_is_an_error_not_a_panic() {
+        let none = DraftResources::default();
+        let offered = available(&none);
+        assert_eq!(
+            offered,
+            vec![
+                StrategyKind::Plain,
+                StrategyKind::Ngram,
+                StrategyKind::Suffix
+            ]
+        );
+        for kind in [
+            StrategyKind::Draft,
+            StrategyKind::EarlyExit,
+            StrategyKind::Medusa,
+        ] {
+            let built = build(kind, &none, DraftRequest::default());
+            assert!(matches!(built, Err(StrategyError::NotLoaded(k)) if k == kind));
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use specgate_policies::k_under_load;
 
-use super::{Command, EngineConfig, EngineStatus, Event, RequestId, Submission, Summary};
+use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Submission, Summary};
 use crate::engine::generate::GenerateError;
 use crate::engine::sequence::{FinishReason, RoundInput, SequenceState};
 use crate::model::loaded::LoadedModel;
@@ -51,6 +51,7 @@ pub struct Engine {
     live: Vec<Live>,
     reserved: usize,
     steps: u64,
+    before_step: Option<StepHook>,
 }
 
 impl Engine {
@@ -59,6 +60,7 @@ impl Engine {
         config: Arc<EngineConfig>,
         status: Arc<EngineStatus>,
         rx: mpsc::Receiver<Command>,
+        before_step: Option<StepHook>,
     ) -> Self {
         Self {
             lm,
@@ -69,6 +71,7 @@ impl Engine {
             live: Vec::new(),
             reserved: 0,
             steps: 0,
+            before_step,
         }
     }
 
@@ -153,8 +156,8 @@ impl Engine {
             return;
         }
         self.steps += 1;
-        if self.config.faults.engine_panic_at_step == Some(self.steps) {
-            panic!("injected engine fault at step {}", self.steps);
+        if let Some(hook) = &mut self.before_step {
+            hook(self.steps);
         }
         let work = self.gather();
         let items: Vec<BatchItem<'_>> = work
@@ -427,7 +430,7 @@ impl Engine {
         self.status.queued.fetch_sub(waiting, Ordering::SeqCst);
     }
 
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         let kv = self.lm.model.kv_bytes();
         self.status.live.store(self.live.len(), Ordering::Relaxed);
         self.status.kv_bytes.store(kv, Ordering::Relaxed);

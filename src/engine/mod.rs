@@ -13,7 +13,6 @@ pub mod generate;
 pub mod logprobs;
 pub mod params;
 pub mod sequence;
-pub mod shadow;
 pub mod stop;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -50,9 +49,11 @@ pub struct EngineConfig {
     pub queue_capacity: usize,
     /// Occupancy at which speculation turns off (k shrinks linearly from half of it).
     pub spec_off_occupancy: f64,
-    /// Injected faults (tests only; none by default).
-    pub faults: crate::faults::Faults,
 }
+
+/// Called on the engine thread before each step with the step's number (from 1): a hook
+/// for fault injection in tests; the engine runs without one.
+pub type StepHook = Box<dyn FnMut(u64) + Send>;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -63,7 +64,6 @@ impl Default for EngineConfig {
             kv_budget_bytes: 1 << 30,
             queue_capacity: 64,
             spec_off_occupancy: 0.5,
-            faults: crate::faults::Faults::default(),
         }
     }
 }
@@ -79,7 +79,7 @@ pub struct Submission {
     pub drafter: BoxedDrafter,
     pub route: RouteLabels,
     pub events: UnboundedSender<Event>,
-    /// A shadow check: record the top-2 logit gap behind every token (see `shadow.rs`).
+    /// A shadow check: record the top-2 logit gap behind every token (see `specgate_policies::shadow_verdict`).
     pub shadow: bool,
     /// Report each generated token's log-probability with this many alternatives.
     pub logprobs: Option<usize>,
@@ -204,6 +204,15 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Start the engine thread over a loaded model.
     pub fn start(lm: LoadedModel, config: EngineConfig) -> std::io::Result<EngineHandle> {
+        Self::start_with_hook(lm, config, None)
+    }
+
+    /// Start the engine thread, calling `hook` before each step.
+    pub fn start_with_hook(
+        lm: LoadedModel,
+        config: EngineConfig,
+        hook: Option<StepHook>,
+    ) -> std::io::Result<EngineHandle> {
         let (tx, rx) = mpsc::channel();
         let status = Arc::new(EngineStatus::default());
         status.alive.store(true, Ordering::SeqCst);
@@ -211,7 +220,9 @@ impl EngineHandle {
         let kv_bytes_per_token = cfg.kv_bytes_per_token();
         let context_length = cfg.context_length;
         let config = Arc::new(config);
-        let engine = Engine::new(lm, Arc::clone(&config), Arc::clone(&status), rx);
+        let engine = Engine::new(lm, Arc::clone(&config), Arc::clone(&status), rx, hook);
+        // The gauges exist (at zero) from start-up, before the first step sets them.
+        engine.publish();
         std::thread::Builder::new()
             .name("specgate-engine".into())
             .spawn(move || engine.run())?;

@@ -1,36 +1,23 @@
-//! The shell around [`QuotaBook`]: one book behind a lock for the whole gateway, and a ticket
-//! per admitted request that gives its place back when it is dropped — when the answer is
-//! complete, the stream ends or the client goes away — so no path can leak a slot.
+//! Admission at the door: a tenant's limits (the configured defaults with its overrides)
+//! checked against the [`Limiter`], and a ticket per admitted request that gives its place
+//! back when it is dropped — when the answer is complete, the stream ends or the client goes
+//! away — so no path can leak a slot.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
-use crate::gateway::http::error::ApiError;
-use crate::store::limits::{LimitOverrides, Limits, QuotaBook, QuotaError};
+use crate::gateway::error::ApiError;
+use crate::store::limiter::Limiter;
+use crate::store::limits::{LimitOverrides, Limits, QuotaError};
 
 pub struct Quotas {
-    book: Mutex<QuotaBook>,
-    epoch: Instant,
+    limiter: Arc<dyn Limiter>,
     /// The configured defaults a tenant's overrides apply to.
     pub defaults: Limits,
 }
 
 impl Quotas {
-    pub fn new(defaults: Limits) -> Arc<Self> {
-        Arc::new(Self {
-            book: Mutex::new(QuotaBook::default()),
-            epoch: Instant::now(),
-            defaults,
-        })
-    }
-
-    fn now(&self) -> f64 {
-        self.epoch.elapsed().as_secs_f64()
-    }
-
-    fn book(&self) -> std::sync::MutexGuard<'_, QuotaBook> {
-        // The book holds counters only; a panic elsewhere cannot leave it half-written.
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn new(defaults: Limits, limiter: Arc<dyn Limiter>) -> Arc<Self> {
+        Arc::new(Self { limiter, defaults })
     }
 
     /// Admit a request of `tokens` (prompt + max_tokens) for `tenant`.
@@ -41,9 +28,8 @@ impl Quotas {
         tokens: u64,
     ) -> Result<Ticket, ApiError> {
         let limits = self.defaults.with(overrides);
-        let now = self.now();
-        self.book()
-            .admit(tenant, limits, tokens, now)
+        self.limiter
+            .admit(tenant, limits, tokens)
             .map_err(|e| refusal(tenant, e))?;
         Ok(Ticket {
             quotas: Arc::clone(self),
@@ -54,7 +40,7 @@ impl Quotas {
     }
 
     pub fn active(&self, tenant: &str) -> u32 {
-        self.book().active(tenant)
+        self.limiter.active(tenant)
     }
 }
 
@@ -63,6 +49,7 @@ fn refusal(tenant: &str, e: QuotaError) -> ApiError {
         QuotaError::Concurrency { .. } => "concurrency",
         QuotaError::TokensPerMinute { .. } => "tokens_per_minute",
         QuotaError::TooLarge { .. } => "too_large",
+        QuotaError::Unavailable(_) => "unavailable",
     };
     metrics::counter!(
         "specgate_quota_refusals_total",
@@ -81,6 +68,7 @@ fn refusal(tenant: &str, e: QuotaError) -> ApiError {
         QuotaError::TooLarge { .. } => {
             ApiError::invalid(Some("max_tokens"), e.to_string()).with_code("request_too_large")
         }
+        QuotaError::Unavailable(_) => ApiError::unavailable(e.to_string()),
     }
 }
 
@@ -103,9 +91,8 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let used = self.used.unwrap_or(self.reserved);
-        let now = self.quotas.now();
         self.quotas
-            .book()
-            .release(&self.tenant, self.reserved, used, now);
+            .limiter
+            .release(&self.tenant, self.reserved, used);
     }
 }

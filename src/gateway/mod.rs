@@ -4,6 +4,7 @@
 
 pub mod actors;
 pub mod admission;
+pub mod error;
 pub mod http;
 pub mod server;
 

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use actix::Actor;
 use actix_web::{web, App, HttpServer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use specgate_strategies::StrategyKind;
 
 use std::time::Duration;
 
 use crate::drafting::model_drafter::{DraftModelError, ModelDrafter};
+use crate::drafting::registry::{self, DraftResources};
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::gateway::actors::history_writer::{Flush, HistoryWriter};
-use crate::gateway::actors::planner::Router;
+use crate::gateway::actors::planner::Planner;
 use crate::gateway::actors::request::Services;
 use crate::gateway::actors::strategy::{StrategyActor, TenantSuffixCaches};
 use crate::gateway::admission::Quotas;
@@ -26,8 +26,7 @@ use crate::gateway::http::routes;
 use crate::gateway::http::state::AppState;
 use crate::heads::bundle::MedusaBundle;
 use crate::model::loaded::{LoadError, LoadedModel};
-use crate::store::policies::PolicyStore;
-use crate::store::tenants::{TenantError, TenantStore};
+use crate::model::tokenizer::Tokenizer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -39,14 +38,10 @@ pub enum ServeError {
     Medusa(#[from] crate::heads::bundle::MedusaError),
     #[error(transparent)]
     Corpus(#[from] crate::drafting::answer_corpus::CorpusError),
-    #[error("opening the store: {0}")]
-    Store(#[from] sled::Error),
-    #[error("migrating the store: {0}")]
-    Migration(#[from] specgate_migrations::MigrationError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     #[error("policies: {0}")]
     Policies(#[from] crate::store::policies::PolicyStoreError),
-    #[error("opening the tenant store: {0}")]
-    Tenants(#[from] TenantError),
     #[error("metrics: {0}")]
     Metrics(String),
     #[error("{0}")]
@@ -83,6 +78,8 @@ pub struct ServeConfig {
     pub max_stop_len: usize,
     /// How long in-flight requests may run on after SIGTERM.
     pub shutdown_timeout_secs: u64,
+    /// Injected faults (reliability tests only; none by default).
+    pub faults: crate::faults::Faults,
 }
 
 const SECONDS: [f64; 16] = [
@@ -105,8 +102,7 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
 /// `--port 0` that is how a caller learns the port).
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // The store first: a store this build cannot read should fail before the model loads.
-    let db = sled::open(&cfg.db)?;
-    specgate_migrations::migrate(&db)?;
+    let stores = crate::store::Stores::open(&cfg.db)?;
     let metrics = install_metrics()?;
     let lm = LoadedModel::load(&cfg.model)?;
     let tokenizer = Arc::clone(&lm.tokenizer);
@@ -115,72 +111,44 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         || "default".to_string(),
         |s| s.to_string_lossy().into_owned(),
     );
-    let mut models = HashMap::new();
-    models.insert(
-        StrategyKind::EarlyExit,
-        ModelDrafter::load_early_exit(&cfg.model, cfg.exit_layer)?,
-    );
-    if let Some(path) = &cfg.draft_model {
-        models.insert(
-            StrategyKind::Draft,
-            ModelDrafter::load_separate(path, &tokenizer)?,
-        );
-    }
-    let medusa = load_medusa(&cfg)?;
-    let corpus = cfg.corpus.load(
-        &cfg.model,
-        &tokenizer,
-        crate::drafting::registry::SUFFIX_MAX_DEPTH,
-    )?;
-    if let Some(c) = &corpus {
-        eprintln!("specgate: answer corpus: {} tokens", c.len_tokens());
-    }
-    let engine = EngineHandle::start(lm, cfg.engine.clone())?;
-    let available: Vec<StrategyKind> = StrategyKind::ALL
-        .into_iter()
-        .filter(|k| match k {
-            StrategyKind::Draft => models.contains_key(k),
-            k if k.uses_medusa() => medusa.is_some(),
-            _ => true,
-        })
-        .collect();
+    let resources = draft_resources(&cfg, &tokenizer)?;
+    let engine = EngineHandle::start_with_hook(lm, cfg.engine.clone(), cfg.faults.step_hook())?;
+    let available = registry::available(&resources);
     let suffix_caches = TenantSuffixCaches::new(cfg.suffix_cache_tenants, cfg.suffix_cache_tokens);
     let strategies: HashMap<_, _> = available
         .iter()
         .map(|&k| {
-            let actor = StrategyActor::new(k, models.get(&k).cloned(), cfg.engine.faults)
-                .with_medusa(medusa.clone())
+            let actor = StrategyActor::new(k, resources.clone())
                 .with_suffix_caches(suffix_caches.clone())
-                .with_corpus(corpus.clone());
+                .with_drafter_hook(cfg.faults.drafter_hook());
             (k, actor.start())
         })
         .collect();
-    let policies = PolicyStore::open(&db)?;
+    let policies = Arc::clone(&stores.policies);
     policies.seed_defaults()?;
     let writer = HistoryWriter::new(
-        &db,
+        Arc::clone(&stores.history),
         Duration::from_millis(cfg.history_flush_ms.max(10)),
         Duration::from_secs(24 * 3600),
-    )?;
-    // Its own thread: a flush's fsync and rollups must not stall the router and the
+    );
+    // Its own thread: a flush's fsync and rollups must not stall the planner and the
     // strategy actors, which share the system arbiter.
     let history = HistoryWriter::start_in_arbiter(&actix::Arbiter::new().handle(), |_| writer);
-    let mut router = Router::new(engine.clone(), available, policies.clone(), history.clone());
-    router.warm_start(&db.open_tree("history")?, 3600);
-    let router = router.start();
+    let mut planner = Planner::new(engine.clone(), available, policies.clone(), history.clone());
+    planner.warm_start(stores.history.as_ref(), 3600);
+    let planner = planner.start();
     let services = Services {
         engine,
-        router,
+        planner,
         strategies: Arc::new(strategies),
         history: history.clone(),
     };
-    let tenants = TenantStore::open(&db)?;
     let draining = Arc::new(AtomicBool::new(false));
     let state = web::Data::new(AppState {
         services,
-        tenants,
+        tenants: stores.tenants,
         policies,
-        history: db.open_tree("history")?,
+        history: stores.history,
         tokenizer,
         limits: RequestLimits {
             model_id,
@@ -194,7 +162,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         admin_token: cfg.admin_token.clone(),
         metrics,
         body_limit: cfg.body_limit,
-        quotas: Quotas::new(cfg.limits),
+        quotas: Quotas::new(cfg.limits, Arc::new(crate::store::LocalLimiter::default())),
         draining: Arc::clone(&draining),
         started: crate::clock::unix_now(),
     });
@@ -226,9 +194,29 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         Ok(Err(e)) => eprintln!("specgate: final history flush failed: {e}"),
         Err(e) => eprintln!("specgate: the history writer is gone, its last records lost: {e}"),
     }
-    db.flush()?;
     eprintln!("specgate: stopped");
     Ok(())
+}
+
+/// What the strategy actors draft with: the early-exit layers always, a draft model and
+/// heads when given (or shipped), and the answer corpus.
+fn draft_resources(cfg: &ServeConfig, tokenizer: &Tokenizer) -> Result<DraftResources, ServeError> {
+    let draft_model = match &cfg.draft_model {
+        Some(path) => Some(ModelDrafter::load_separate(path, tokenizer)?),
+        None => None,
+    };
+    let corpus = cfg
+        .corpus
+        .load(&cfg.model, tokenizer, registry::SUFFIX_MAX_DEPTH)?;
+    if let Some(c) = &corpus {
+        eprintln!("specgate: answer corpus: {} tokens", c.len_tokens());
+    }
+    Ok(DraftResources {
+        draft_model,
+        early_exit: Some(ModelDrafter::load_early_exit(&cfg.model, cfg.exit_layer)?),
+        medusa: load_medusa(cfg)?,
+        corpus,
+    })
 }
 
 /// Heads given with `--medusa-heads` must load; the shipped default heads are used when they

@@ -51,6 +51,10 @@ pub enum QuotaError {
          is {limit} tokens per minute; lower max_tokens or shorten the prompt"
     )]
     TooLarge { limit: u64, requested: u64 },
+    /// The counters could not be reached (a shared limiter); the request is refused, not
+    /// let through uncounted.
+    #[error("the rate limiter is unavailable: {0}")]
+    Unavailable(String),
 }
 
 #[derive(Debug, Clone)]

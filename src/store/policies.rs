@@ -1,24 +1,18 @@
-//! Routing policies in sled: the current policy per (tenant, class) in `policies`, and every
-//! change, versioned with who and when, in `policy_history`. A write is flushed before it
-//! returns: an acknowledged edit survives a crash. Resolution: the tenant's own policy, else
-//! the `*` (every tenant) policy, else the shipped default of the class.
+//! Routing policies: the current policy per route (tenant, class) and every change,
+//! versioned with who and when, behind the [`PolicyStore`] seam. Resolution: the tenant's own
+//! policy, else the `*` (every tenant) policy, else the shipped default of the class.
 
-use std::sync::{Arc, Mutex};
-
-use crate::clock::unix_now;
 use serde::{Deserialize, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
 use specgate_policies::{default_policy, PolicyError, RoutePolicy, WorkloadClass, ANY_TENANT};
+
+use super::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyStoreError {
-    #[error("store: {0}")]
-    Store(#[from] sled::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("invalid policy: {0}")]
     Invalid(#[from] PolicyError),
-    #[error("stored policy is corrupt: {0}")]
-    Corrupt(String),
 }
 
 /// The current policy of a route with its version.
@@ -33,7 +27,7 @@ pub struct StoredPolicy {
 }
 
 /// Who wrote the shipped defaults, in the store and its history.
-const SHIPPED_BY: &str = "specgate (shipped default)";
+pub const SHIPPED_BY: &str = "specgate (shipped default)";
 
 /// One change in a route's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,47 +49,60 @@ pub enum PolicySource {
     Shipped,
 }
 
-#[derive(Clone)]
-pub struct PolicyStore {
-    db: sled::Db,
-    current: sled::Tree,
-    history: sled::Tree,
-    /// Serialises writers: the next version number is read, then written.
-    writing: Arc<Mutex<()>>,
-}
+/// The routes' policies and their versions. A write is durable when the call returns (an
+/// acknowledged edit survives a crash); versions of a route are numbered 1, 2, … with no
+/// gap, whichever replica writes them.
+pub trait PolicyStore: Send + Sync {
+    /// The route's own stored policy.
+    fn get(
+        &self,
+        tenant: &str,
+        class: WorkloadClass,
+    ) -> Result<Option<StoredPolicy>, PolicyStoreError>;
 
-fn route_key(tenant: &str, class: WorkloadClass) -> Vec<u8> {
-    let mut k = tenant.as_bytes().to_vec();
-    k.push(0);
-    k.extend_from_slice(class.name().as_bytes());
-    k
-}
+    /// Validate and store a policy as the route's next version.
+    fn put(
+        &self,
+        tenant: &str,
+        class: WorkloadClass,
+        policy: RoutePolicy,
+        by: &str,
+    ) -> Result<StoredPolicy, PolicyStoreError>;
 
-fn version_key(tenant: &str, class: WorkloadClass, version: u32) -> Vec<u8> {
-    let mut k = route_key(tenant, class);
-    k.push(0);
-    k.extend_from_slice(&version.to_be_bytes());
-    k
-}
+    /// Remove a route's own policy (it falls back), as a new version; false when it had none.
+    fn delete(
+        &self,
+        tenant: &str,
+        class: WorkloadClass,
+        by: &str,
+    ) -> Result<bool, PolicyStoreError>;
 
-fn corrupt(e: impl std::fmt::Display) -> PolicyStoreError {
-    PolicyStoreError::Corrupt(e.to_string())
-}
+    /// Every change of a route, oldest first.
+    fn history(
+        &self,
+        tenant: &str,
+        class: WorkloadClass,
+    ) -> Result<Vec<PolicyVersion>, PolicyStoreError>;
 
-impl PolicyStore {
-    pub fn open(db: &sled::Db) -> Result<Self, PolicyStoreError> {
-        Ok(Self {
-            db: db.clone(),
-            current: db.open_tree("policies")?,
-            history: db.open_tree("policy_history")?,
-            writing: Arc::new(Mutex::new(())),
-        })
+    /// Every stored current policy (export).
+    fn all(&self) -> Result<Vec<StoredPolicy>, PolicyStoreError>;
+
+    /// The policy a request of (tenant, class) runs under. A store that cannot be read
+    /// falls back to the shipped default: planning never fails for the store's sake.
+    fn effective(&self, tenant: &str, class: WorkloadClass) -> (RoutePolicy, PolicySource) {
+        if let Ok(Some(p)) = self.get(tenant, class) {
+            return (p.policy, PolicySource::Tenant);
+        }
+        if let Ok(Some(p)) = self.get(ANY_TENANT, class) {
+            return (p.policy, PolicySource::AllTenants);
+        }
+        (default_policy(class), PolicySource::Shipped)
     }
 
     /// Write the shipped defaults as the `*` policies where none is stored yet, and where
     /// the stored one is an earlier release's shipped default that no admin has edited since
     /// (a new version, so the history shows the upgrade). An admin's edit is never replaced.
-    pub fn seed_defaults(&self) -> Result<(), PolicyStoreError> {
+    fn seed_defaults(&self) -> Result<(), PolicyStoreError> {
         for class in WorkloadClass::ALL {
             let shipped = default_policy(class);
             let stale = match self.get(ANY_TENANT, class)? {
@@ -107,243 +114,5 @@ impl PolicyStore {
             }
         }
         Ok(())
-    }
-
-    pub fn get(
-        &self,
-        tenant: &str,
-        class: WorkloadClass,
-    ) -> Result<Option<StoredPolicy>, PolicyStoreError> {
-        self.current
-            .get(route_key(tenant, class))?
-            .map(|b| serde_json::from_slice(&b).map_err(corrupt))
-            .transpose()
-    }
-
-    /// The policy a request of (tenant, class) runs under.
-    pub fn effective(&self, tenant: &str, class: WorkloadClass) -> (RoutePolicy, PolicySource) {
-        if let Ok(Some(p)) = self.get(tenant, class) {
-            return (p.policy, PolicySource::Tenant);
-        }
-        if let Ok(Some(p)) = self.get(ANY_TENANT, class) {
-            return (p.policy, PolicySource::AllTenants);
-        }
-        (default_policy(class), PolicySource::Shipped)
-    }
-
-    fn next_version(&self, tenant: &str, class: WorkloadClass) -> Result<u32, PolicyStoreError> {
-        let mut prefix = route_key(tenant, class);
-        prefix.push(0);
-        Ok(match self.history.scan_prefix(&prefix).next_back() {
-            Some(item) => {
-                let (_, v) = item?;
-                let last: PolicyVersion = serde_json::from_slice(&v).map_err(corrupt)?;
-                last.version + 1
-            }
-            None => 1,
-        })
-    }
-
-    /// Validate and store a policy as the route's next version.
-    pub fn put(
-        &self,
-        tenant: &str,
-        class: WorkloadClass,
-        policy: RoutePolicy,
-        by: &str,
-    ) -> Result<StoredPolicy, PolicyStoreError> {
-        policy.validate()?;
-        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        let version = self.next_version(tenant, class)?;
-        let at = unix_now();
-        let stored = StoredPolicy {
-            tenant: tenant.to_string(),
-            class: class.name().to_string(),
-            version,
-            policy: policy.clone(),
-            updated_by: by.to_string(),
-            updated_at: at,
-        };
-        let change = PolicyVersion {
-            version,
-            action: "put".into(),
-            policy: Some(policy),
-            by: by.to_string(),
-            at,
-        };
-        let current = serde_json::to_vec(&stored).map_err(corrupt)?;
-        self.write(tenant, class, Some(current), &change)?;
-        Ok(stored)
-    }
-
-    /// Remove a route's own policy (it falls back); false when there was none.
-    pub fn delete(
-        &self,
-        tenant: &str,
-        class: WorkloadClass,
-        by: &str,
-    ) -> Result<bool, PolicyStoreError> {
-        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        if self.get(tenant, class)?.is_none() {
-            return Ok(false);
-        }
-        let change = PolicyVersion {
-            version: self.next_version(tenant, class)?,
-            action: "delete".into(),
-            policy: None,
-            by: by.to_string(),
-            at: unix_now(),
-        };
-        self.write(tenant, class, None, &change)?;
-        Ok(true)
-    }
-
-    /// The current record and the history entry in one transaction, then a flush.
-    fn write(
-        &self,
-        tenant: &str,
-        class: WorkloadClass,
-        current: Option<Vec<u8>>,
-        change: &PolicyVersion,
-    ) -> Result<(), PolicyStoreError> {
-        let key = route_key(tenant, class);
-        let vkey = version_key(tenant, class, change.version);
-        let entry = serde_json::to_vec(change).map_err(corrupt)?;
-        (&self.current, &self.history)
-            .transaction(|(cur, hist)| {
-                match &current {
-                    Some(v) => cur.insert(key.as_slice(), v.as_slice())?,
-                    None => cur.remove(key.as_slice())?,
-                };
-                hist.insert(vkey.as_slice(), entry.as_slice())?;
-                Ok::<_, ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| match e {
-                TransactionError::Storage(e) => PolicyStoreError::Store(e),
-                TransactionError::Abort(()) => corrupt("transaction aborted"),
-            })?;
-        self.db.flush()?;
-        Ok(())
-    }
-
-    pub fn history(
-        &self,
-        tenant: &str,
-        class: WorkloadClass,
-    ) -> Result<Vec<PolicyVersion>, PolicyStoreError> {
-        let mut prefix = route_key(tenant, class);
-        prefix.push(0);
-        self.history
-            .scan_prefix(&prefix)
-            .map(|item| {
-                let (_, v) = item?;
-                serde_json::from_slice(&v).map_err(corrupt)
-            })
-            .collect()
-    }
-
-    /// Every stored current policy (export).
-    pub fn all(&self) -> Result<Vec<StoredPolicy>, PolicyStoreError> {
-        self.current
-            .iter()
-            .map(|item| {
-                let (_, v) = item?;
-                serde_json::from_slice(&v).map_err(corrupt)
-            })
-            .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn store() -> PolicyStore {
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        PolicyStore::open(&db).unwrap()
-    }
-
-    #[test]
-    fn resolution_versions_and_history() {
-        let s = store();
-        let class = WorkloadClass::Rag;
-        assert_eq!(s.effective("acme", class).1, PolicySource::Shipped);
-        s.seed_defaults().unwrap();
-        s.seed_defaults().unwrap(); // idempotent
-        assert_eq!(s.effective("acme", class).1, PolicySource::AllTenants);
-        let off = RoutePolicy {
-            speculation: false,
-            ..default_policy(class)
-        };
-        let v = s.put("acme", class, off.clone(), "ops").unwrap();
-        assert_eq!(v.version, 1);
-        assert_eq!(
-            s.effective("acme", class),
-            (off.clone(), PolicySource::Tenant)
-        );
-        assert_eq!(s.effective("other", class).1, PolicySource::AllTenants);
-        assert_eq!(s.put("acme", class, off, "ops").unwrap().version, 2);
-        assert!(s.delete("acme", class, "ops").unwrap());
-        assert!(!s.delete("acme", class, "ops").unwrap());
-        assert_eq!(s.effective("acme", class).1, PolicySource::AllTenants);
-        let h = s.history("acme", class).unwrap();
-        let actions: Vec<_> = h.iter().map(|v| (v.version, v.action.as_str())).collect();
-        assert_eq!(actions, vec![(1, "put"), (2, "put"), (3, "delete")]);
-        let bad = RoutePolicy {
-            k_min: 9,
-            k_max: 2,
-            ..default_policy(class)
-        };
-        assert!(matches!(
-            s.put("acme", class, bad, "ops"),
-            Err(PolicyStoreError::Invalid(_))
-        ));
-        assert_eq!(
-            s.history("acme", class).unwrap().len(),
-            3,
-            "a refused edit leaves no trace"
-        );
-    }
-
-    #[test]
-    fn an_untouched_earlier_default_is_upgraded_and_an_admins_edit_is_kept() {
-        let s = store();
-        let older = |class| RoutePolicy {
-            k_max: 3,
-            ..default_policy(class)
-        };
-        // An earlier release seeded rag; an admin has since edited creative's `*` policy.
-        s.put(
-            ANY_TENANT,
-            WorkloadClass::Rag,
-            older(WorkloadClass::Rag),
-            SHIPPED_BY,
-        )
-        .unwrap();
-        let edit = older(WorkloadClass::Creative);
-        s.put(
-            ANY_TENANT,
-            WorkloadClass::Creative,
-            edit.clone(),
-            SHIPPED_BY,
-        )
-        .unwrap();
-        s.put(ANY_TENANT, WorkloadClass::Creative, edit.clone(), "ops")
-            .unwrap();
-        s.seed_defaults().unwrap();
-        s.seed_defaults().unwrap(); // idempotent
-        let rag = s.get(ANY_TENANT, WorkloadClass::Rag).unwrap().unwrap();
-        assert_eq!(rag.policy, default_policy(WorkloadClass::Rag));
-        assert_eq!(rag.version, 2, "the upgrade is a new version");
-        let creative = s.get(ANY_TENANT, WorkloadClass::Creative).unwrap();
-        assert_eq!(
-            creative.map(|p| (p.policy, p.updated_by)),
-            Some((edit, "ops".into()))
-        );
-        let chat = s.get(ANY_TENANT, WorkloadClass::Chat).unwrap().unwrap();
-        assert_eq!(
-            (chat.version, chat.policy),
-            (1, default_policy(WorkloadClass::Chat))
-        );
     }
 }

@@ -34,7 +34,7 @@ fn route_dir(dir: &Path, tenant: &str) -> std::path::PathBuf {
 }
 
 /// Write every stored policy; returns how many.
-pub fn export(store: &PolicyStore, dir: &Path) -> Result<usize, PolicyIoError> {
+pub fn export(store: &dyn PolicyStore, dir: &Path) -> Result<usize, PolicyIoError> {
     let all = store.all()?;
     for p in &all {
         let d = route_dir(dir, &p.tenant);
@@ -56,7 +56,7 @@ pub fn export(store: &PolicyStore, dir: &Path) -> Result<usize, PolicyIoError> {
 
 /// Read the files of `dir` into the store (each a new version of its route, by `by`). Every
 /// file is parsed and validated before the first is stored: a bad file imports nothing.
-pub fn import(store: &PolicyStore, dir: &Path, by: &str) -> Result<usize, PolicyIoError> {
+pub fn import(store: &dyn PolicyStore, dir: &Path, by: &str) -> Result<usize, PolicyIoError> {
     let mut routes: Vec<(String, WorkloadClass, RoutePolicy)> = Vec::new();
     let mut read_dir = |tenant: &str, d: &Path| -> Result<(), PolicyIoError> {
         let Ok(entries) = std::fs::read_dir(d) else {
@@ -107,8 +107,7 @@ mod tests {
 
     #[test]
     fn export_then_import_round_trips_and_a_bad_file_imports_nothing() {
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let store = PolicyStore::open(&db).unwrap();
+        let store = crate::store::Stores::temporary().unwrap().policies;
         store.seed_defaults().unwrap();
         let own = RoutePolicy {
             k_max: 2,
@@ -116,12 +115,11 @@ mod tests {
         };
         store.put("acme", WorkloadClass::Rag, own, "ops").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(export(&store, dir.path()).unwrap(), 5);
+        assert_eq!(export(store.as_ref(), dir.path()).unwrap(), 5);
 
-        let db2 = sled::Config::new().temporary(true).open().unwrap();
-        let fresh = PolicyStore::open(&db2).unwrap();
-        assert_eq!(import(&fresh, dir.path(), "import").unwrap(), 5);
-        let key = |s: &PolicyStore| {
+        let fresh = crate::store::Stores::temporary().unwrap().policies;
+        assert_eq!(import(fresh.as_ref(), dir.path(), "import").unwrap(), 5);
+        let key = |s: &std::sync::Arc<dyn PolicyStore>| {
             let mut v: Vec<_> = s
                 .all()
                 .unwrap()
@@ -138,9 +136,8 @@ mod tests {
             "speculation = true\nk_min = 3\nk_max = 1\n",
         )
         .unwrap();
-        let db3 = sled::Config::new().temporary(true).open().unwrap();
-        let third = PolicyStore::open(&db3).unwrap();
-        let err = import(&third, dir.path(), "import").unwrap_err();
+        let third = crate::store::Stores::temporary().unwrap().policies;
+        let err = import(third.as_ref(), dir.path(), "import").unwrap_err();
         assert!(err.to_string().contains("chat.toml"), "{err}");
         assert!(third.all().unwrap().is_empty(), "nothing imported");
     }

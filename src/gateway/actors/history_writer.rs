@@ -1,20 +1,21 @@
-//! The history writer: gathers finished requests' records in memory and writes them to sled
-//! in one batch per flush interval (no store write per request or token). A crash loses at
-//! most one interval. Minute buckets older than the window are rolled up into hours.
+//! The history writer: gathers finished requests' records in memory and adds them to the
+//! history store in one batch per flush interval (no store write per request or token). A
+//! crash loses at most one interval; a store that is down keeps the batch pending for the
+//! next flush. Minute buckets older than the window are rolled up into hours.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use crate::clock::unix_now;
-use crate::store::history::{Granularity, HistoryKey, HistoryRecord};
+use crate::store::history::{HistoryKey, HistoryRecord};
+use crate::store::{HistoryStore, StoreError};
 
 pub struct HistoryWriter {
-    db: sled::Db,
-    tree: sled::Tree,
-    pending: HashMap<Vec<u8>, HistoryRecord>,
+    store: Arc<dyn HistoryStore>,
+    pending: BTreeMap<HistoryKey, HistoryRecord>,
     flush_every: Duration,
     minute_window: Duration,
     last_rollup: u64,
@@ -22,89 +23,34 @@ pub struct HistoryWriter {
 
 impl HistoryWriter {
     pub fn new(
-        db: &sled::Db,
+        store: Arc<dyn HistoryStore>,
         flush_every: Duration,
         minute_window: Duration,
-    ) -> sled::Result<Self> {
-        Ok(Self {
-            db: db.clone(),
-            tree: db.open_tree("history")?,
-            pending: HashMap::new(),
+    ) -> Self {
+        Self {
+            store,
+            pending: BTreeMap::new(),
             flush_every,
             minute_window,
             last_rollup: 0,
-        })
+        }
     }
 
-    /// Merge `records` into what the store holds, all or none: a failed write leaves the
-    /// store as it was, so the records can be written again without counting any twice.
-    /// `remove`: keys deleted in the same transaction (a rollup's minute buckets).
-    fn merge_all(
-        tree: &sled::Tree,
-        records: &HashMap<Vec<u8>, HistoryRecord>,
-        remove: &[sled::IVec],
-    ) -> sled::Result<()> {
-        tree.transaction(|tx| {
-            for (key, rec) in records {
-                let mut merged: HistoryRecord = tx
-                    .get(key)?
-                    .and_then(|b| serde_json::from_slice(&b).ok())
-                    .unwrap_or_default();
-                merged.merge(rec);
-                let bytes = serde_json::to_vec(&merged).map_err(|e| {
-                    ConflictableTransactionError::Abort(sled::Error::Unsupported(e.to_string()))
-                })?;
-                tx.insert(key.as_slice(), bytes)?;
-            }
-            for key in remove {
-                tx.remove(key.clone())?;
-            }
-            Ok(())
-        })
-        .map_err(|e| match e {
-            TransactionError::Abort(e) | TransactionError::Storage(e) => e,
-        })
-    }
-
-    /// Write the pending batch; on failure it stays pending for the next flush.
-    fn flush(&mut self) -> sled::Result<()> {
+    /// Add the pending batch; on failure it stays pending for the next flush (the store
+    /// adds all or none, so nothing is counted twice).
+    fn flush(&mut self) -> Result<(), StoreError> {
         if !self.pending.is_empty() {
-            Self::merge_all(&self.tree, &self.pending, &[])?;
-            self.pending.clear();
+            let batch: Vec<_> = std::mem::take(&mut self.pending).into_iter().collect();
+            if let Err(e) = self.store.add(&batch) {
+                self.pending.extend(batch);
+                return Err(e);
+            }
         }
         let now = unix_now();
         if now >= self.last_rollup + 60 {
-            self.rollup(now)?;
+            self.store
+                .roll_up(now.saturating_sub(self.minute_window.as_secs()))?;
             self.last_rollup = now;
-        }
-        self.db.flush()?;
-        Ok(())
-    }
-
-    /// Fold minute buckets older than the window into their hour, each minute's move in one
-    /// transaction: a failure half-way never counts a minute in both places.
-    fn rollup(&self, now: u64) -> sled::Result<()> {
-        let cutoff = now.saturating_sub(self.minute_window.as_secs());
-        let mut old = Vec::new();
-        for item in self.tree.iter() {
-            let (k, v) = item?;
-            let Some(key) = HistoryKey::decode(&k) else {
-                continue;
-            };
-            if key.granularity == Granularity::Minute && key.start < cutoff {
-                if let Ok(rec) = serde_json::from_slice::<HistoryRecord>(&v) {
-                    old.push((k, key, rec));
-                }
-            }
-        }
-        for (raw, key, rec) in old {
-            let hour = HistoryKey {
-                granularity: Granularity::Hour,
-                start: key.start - key.start % 3600,
-                ..key
-            };
-            let into_hour = HashMap::from([(hour.encode(), rec)]);
-            Self::merge_all(&self.tree, &into_hour, &[raw])?;
         }
         Ok(())
     }
@@ -142,30 +88,27 @@ impl Handler<Record> for HistoryWriter {
     type Result = ();
 
     fn handle(&mut self, msg: Record, _: &mut Context<Self>) {
-        self.pending
-            .entry(msg.key.encode())
-            .or_default()
-            .merge(&msg.record);
+        self.pending.entry(msg.key).or_default().merge(&msg.record);
     }
 }
 
 /// Write everything pending now (analytics reads after it; shutdown calls it).
 #[derive(Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), StoreError>")]
 pub struct Flush;
 
 impl Handler<Flush> for HistoryWriter {
-    type Result = Result<(), String>;
+    type Result = Result<(), StoreError>;
 
     fn handle(&mut self, _: Flush, _: &mut Context<Self>) -> Self::Result {
-        self.flush().map_err(|e| e.to_string())
+        self.flush()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::history::HistoryKey;
+    use crate::store::history::Granularity;
     use specgate_policies::WorkloadClass;
     use specgate_strategies::StrategyKind;
 
@@ -177,25 +120,14 @@ mod tests {
         }
     }
 
-    fn stored(tree: &sled::Tree) -> Vec<(HistoryKey, HistoryRecord)> {
-        tree.iter()
-            .map(|item| {
-                let (k, v) = item.unwrap();
-                let key = HistoryKey::decode(&k).unwrap();
-                (key, serde_json::from_slice(&v).unwrap())
-            })
-            .collect()
-    }
-
     #[test]
     fn flushes_merge_once_and_old_minutes_move_into_their_hour() {
-        let db = sled::Config::new().temporary(true).open().unwrap();
+        let store = crate::store::Stores::temporary().unwrap().history;
         let minute = Duration::from_secs(600);
-        let mut w = HistoryWriter::new(&db, Duration::from_secs(1), minute).unwrap();
+        let mut w = HistoryWriter::new(Arc::clone(&store), Duration::from_secs(1), minute);
         let now = unix_now();
         let hour_ago = now - now % 3600 - 3600;
-        let key =
-            |at| HistoryKey::minute("t", WorkloadClass::Rag, StrategyKind::Suffix, 4, at).encode();
+        let key = |at| HistoryKey::minute("t", WorkloadClass::Rag, StrategyKind::Suffix, 4, at);
         w.pending.insert(key(hour_ago), record(1, 10));
         w.pending.insert(key(hour_ago + 120), record(2, 20));
         w.pending.insert(key(now), record(3, 30));
@@ -204,18 +136,64 @@ mod tests {
         w.flush().unwrap();
         w.last_rollup = 0;
         w.flush().unwrap();
-        let rows = stored(&w.tree);
+        let rows = store.read(None, 0, u64::MAX).unwrap();
         assert_eq!(rows.len(), 2, "{rows:?}");
-        // 'h' sorts before 'm': the hour first.
-        let (hour, total) = &rows[0];
-        assert_eq!(
-            (hour.granularity, hour.start, total),
-            (Granularity::Hour, hour_ago, &record(3, 30))
-        );
-        let (fresh, recent) = &rows[1];
-        assert_eq!(
-            (fresh.granularity, recent),
-            (Granularity::Minute, &record(3, 30))
-        );
+        let at = |g| rows.iter().find(|(k, _)| k.granularity == g).unwrap();
+        let (hour, total) = at(Granularity::Hour);
+        assert_eq!((hour.start, total), (hour_ago, &record(3, 30)));
+        assert_eq!(at(Granularity::Minute).1, record(3, 30));
+    }
+
+    /// A store that fails its first `failures` adds.
+    struct Flaky {
+        inner: Arc<dyn HistoryStore>,
+        failures: std::sync::atomic::AtomicUsize,
+    }
+
+    impl HistoryStore for Flaky {
+        fn add(&self, records: &[(HistoryKey, HistoryRecord)]) -> Result<(), StoreError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self
+                .failures
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(StoreError::Unavailable("down".into()));
+            }
+            self.inner.add(records)
+        }
+        fn read(
+            &self,
+            tenant: Option<&str>,
+            from: u64,
+            to: u64,
+        ) -> Result<Vec<(HistoryKey, HistoryRecord)>, StoreError> {
+            self.inner.read(tenant, from, to)
+        }
+        fn roll_up(&self, cutoff: u64) -> Result<usize, StoreError> {
+            self.inner.roll_up(cutoff)
+        }
+    }
+
+    #[test]
+    fn a_batch_the_store_refused_is_written_by_a_later_flush_once() {
+        let inner = crate::store::Stores::temporary().unwrap().history;
+        let flaky = Arc::new(Flaky {
+            inner: Arc::clone(&inner),
+            failures: 2.into(),
+        });
+        let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, unix_now());
+        w.pending.insert(key.clone(), record(1, 10));
+        assert!(w.flush().is_err());
+        w.pending
+            .entry(key.clone())
+            .or_default()
+            .merge(&record(1, 5));
+        assert!(w.flush().is_err());
+        w.flush().unwrap();
+        w.flush().unwrap();
+        let rows = inner.read(None, 0, u64::MAX).unwrap();
+        assert_eq!(rows, vec![(key, record(2, 15))]);
     }
 }

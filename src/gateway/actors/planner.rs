@@ -1,8 +1,9 @@
-//! The router actor: a plan (strategy, k) per request from the route's policy, the per-route
+//! The planner actor: a plan (strategy, k) per request from the route's policy, the per-route
 //! learner and the engine's load; it learns from finished requests and reacts to shadow
 //! checks.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use actix::prelude::*;
 use specgate_policies::{
@@ -11,27 +12,27 @@ use specgate_policies::{
 };
 use specgate_strategies::StrategyKind;
 
-use crate::engine::shadow::{without_strategy, ShadowOutcome};
 use crate::engine::{EngineHandle, RouteLabels, Summary};
 use crate::gateway::actors::history_writer::{HistoryWriter, Record};
-use crate::gateway::http::error::ApiError;
-use crate::gateway::http::requests::SpecOverride;
+use crate::gateway::error::ApiError;
 use crate::store::history::{HistoryKey, HistoryRecord};
-use crate::store::policies::PolicyStore;
+use crate::store::{HistoryStore, PolicyStore};
+use specgate_policies::shadow_verdict::{without_strategy, ShadowOutcome};
+use specgate_policies::SpecOverride;
 
-pub struct Router {
+pub struct Planner {
     pub engine: EngineHandle,
     pub available: Vec<StrategyKind>,
     pub learner: Learner,
-    pub policies: PolicyStore,
+    pub policies: Arc<dyn PolicyStore>,
     pub history: Addr<HistoryWriter>,
 }
 
-impl Router {
+impl Planner {
     pub fn new(
         engine: EngineHandle,
         available: Vec<StrategyKind>,
-        policies: PolicyStore,
+        policies: Arc<dyn PolicyStore>,
         history: Addr<HistoryWriter>,
     ) -> Self {
         Self {
@@ -45,16 +46,19 @@ impl Router {
 
     /// Start the learner from the store's recent history (the last `window` seconds), so a
     /// restart does not forget what each route's strategies accept.
-    pub fn warm_start(&mut self, history: &sled::Tree, window: u64) -> usize {
+    pub fn warm_start(&mut self, history: &dyn HistoryStore, window: u64) -> usize {
         let now = crate::clock::unix_now();
+        let records = match history.read(None, now.saturating_sub(window), u64::MAX) {
+            Ok(records) => records,
+            Err(e) => {
+                eprintln!("specgate: the learner starts cold: reading history failed: {e}");
+                return 0;
+            }
+        };
         let mut seen = 0;
-        for (key, rec) in history.iter().flatten().filter_map(|(k, v)| {
-            let key = HistoryKey::decode(&k)?;
-            let rec: HistoryRecord = serde_json::from_slice(&v).ok()?;
-            Some((key, rec))
-        }) {
+        for (key, rec) in records {
             let learned = rec.learned();
-            if key.start + window < now || learned.judged == 0 {
+            if learned.judged == 0 {
                 continue;
             }
             let route = RouteKey {
@@ -90,7 +94,7 @@ impl Router {
     }
 }
 
-impl Actor for Router {
+impl Actor for Planner {
     type Context = Context<Self>;
 }
 
@@ -116,7 +120,7 @@ pub struct Planned {
     pub recalled: bool,
 }
 
-impl Handler<PlanFor> for Router {
+impl Handler<PlanFor> for Planner {
     type Result = Result<Planned, ApiError>;
 
     fn handle(&mut self, msg: PlanFor, _: &mut Context<Self>) -> Self::Result {
@@ -139,7 +143,7 @@ impl Handler<PlanFor> for Router {
     }
 }
 
-impl Router {
+impl Planner {
     /// The plan, and whether a recalled answer made it.
     fn plan(&mut self, msg: PlanFor, policy: &RoutePolicy) -> Result<(SpecPlan, bool), ApiError> {
         let route = RouteKey {
@@ -235,7 +239,7 @@ pub struct Observe {
     pub summary: Summary,
 }
 
-impl Handler<Observe> for Router {
+impl Handler<Observe> for Planner {
     type Result = ();
 
     fn handle(&mut self, msg: Observe, _: &mut Context<Self>) {
@@ -272,7 +276,7 @@ pub struct ShadowResult {
     pub outcome: ShadowOutcome,
 }
 
-impl Handler<ShadowResult> for Router {
+impl Handler<ShadowResult> for Planner {
     type Result = ();
 
     fn handle(&mut self, msg: ShadowResult, _: &mut Context<Self>) {

@@ -1,10 +1,10 @@
-//! The request actor, one per request: it asks the router for a plan and a strategy actor
+//! The request actor, one per request: it asks the planner for a plan and a strategy actor
 //! for a drafter, submits the sequence to the engine, relays the engine's events to the HTTP
 //! response, records latency metrics and history, may start a shadow check, and cancels the
 //! sequence when the client goes away. It only moves messages: the plan comes from
 //! `specgate_policies`, drafting and verification run in the engine thread on
-//! `specgate_strategies` code. (The router is in `router.rs`, strategy actors in
-//! `strategy_actor.rs`.)
+//! `specgate_strategies` code. (The planner is in `planner.rs`, strategy actors in
+//! `strategy.rs`.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,12 +23,12 @@ use crate::engine::{
     EngineHandle, Event, RequestId, RouteLabels, Submission, SubmitError, Summary,
 };
 use crate::gateway::actors::history_writer::{HistoryWriter, Record};
-use crate::gateway::actors::planner::{Observe, PlanFor, Router};
+use crate::gateway::actors::planner::{Observe, PlanFor, Planner};
 use crate::gateway::actors::shadow_check::{self, ShadowJob};
 use crate::gateway::actors::strategy::{Checkout, Recall, Strategies};
-use crate::gateway::http::error::ApiError;
-use crate::gateway::http::requests::SpecOverride;
+use crate::gateway::error::ApiError;
 use crate::store::history::{HistoryKey, HistoryRecord, LatencyHistogram};
+use specgate_policies::SpecOverride;
 use specgate_strategies::TokenId;
 
 /// What a request actor passes on to the HTTP side.
@@ -59,7 +59,7 @@ pub struct Job {
 #[derive(Clone)]
 pub struct Services {
     pub engine: EngineHandle,
-    pub router: Addr<Router>,
+    pub planner: Addr<Planner>,
     pub strategies: Strategies,
     pub history: Addr<HistoryWriter>,
 }
@@ -69,7 +69,7 @@ pub struct RequestActor {
     job: Option<Job>,
     route: RouteLabels,
     engine: EngineHandle,
-    router: Addr<Router>,
+    planner: Addr<Planner>,
     strategies: Strategies,
     history: Addr<HistoryWriter>,
     /// A greedy request sampled for a shadow check: its prompt and parameters.
@@ -102,7 +102,7 @@ impl RequestActor {
             route: job.route.clone(),
             job: Some(job),
             engine: services.engine.clone(),
-            router: services.router.clone(),
+            planner: services.planner.clone(),
             strategies: Arc::clone(&services.strategies),
             history: services.history.clone(),
             shadow: None,
@@ -151,13 +151,13 @@ impl Actor for RequestActor {
         let Some(job) = self.job.take() else {
             return ctx.stop();
         };
-        let router = self.router.clone();
+        let planner = self.planner.clone();
         let strategies = Arc::clone(&self.strategies);
         let route = job.route.clone();
         let speculation = job.speculation;
         let seed = job.params.seed;
         let predicted = !job.prediction.is_empty();
-        // Only a plan of the router's own can turn to a recalled answer, and only for a
+        // Only a plan of the planner's own can turn to a recalled answer, and only for a
         // greedy request: a sampled one's answer differs from the earlier by design (at
         // temperature 0.7-1.0 a repeat committed 1.1-2.4 tokens a pass from k = 8 drafts).
         let recall = (!predicted
@@ -179,7 +179,7 @@ impl Actor for RequestActor {
                 Some((actor, msg)) => actor.send(msg).await.unwrap_or(0),
                 None => 0,
             };
-            let planned = router
+            let planned = planner
                 .send(PlanFor {
                     route: route.clone(),
                     speculation,
@@ -187,7 +187,7 @@ impl Actor for RequestActor {
                     recalled,
                 })
                 .await
-                .map_err(|e| ApiError::internal(format!("router: {e}")))??;
+                .map_err(|e| ApiError::internal(format!("planner: {e}")))??;
             let plan = planned.plan;
             let actor = strategies
                 .get(&plan.strategy)
@@ -225,7 +225,7 @@ impl Actor for RequestActor {
                     (SpecPlan::PLAIN, unavailable.plain)
                 }
             };
-            // A prediction drafts first wherever the plan drafts at all (the router plans a
+            // A prediction drafts first wherever the plan drafts at all (the planner plans a
             // predicted request to draft where that pays, not where load, the policy or the
             // client turned speculation off). Its rounds say nothing about the route's
             // strategy, so the learner does not see them.
@@ -296,7 +296,7 @@ impl RequestActor {
             params,
             speculative: s.token_ids.clone(),
         };
-        shadow_check::launch(&self.engine, self.router.clone(), job);
+        shadow_check::launch(&self.engine, self.planner.clone(), job);
     }
 
     /// This request as a history record in its minute bucket.
@@ -387,7 +387,7 @@ impl StreamHandler<Event> for RequestActor {
             Event::Done(summary) => {
                 self.finished = true;
                 if !self.off_route {
-                    self.router.do_send(Observe {
+                    self.planner.do_send(Observe {
                         route: self.route.clone(),
                         summary: summary.clone(),
                     });

@@ -1,6 +1,6 @@
 //! Running a shadow check: the same prompt decoded plainly by the engine, as one more
 //! sequence in its batches, after the client already has its answer; the outcome goes to the
-//! router.
+//! planner.
 
 use actix::Addr;
 use specgate_policies::SpecPlan;
@@ -8,9 +8,9 @@ use specgate_strategies::{PlainDrafter, StrategyKind, TokenId};
 use tokio::sync::mpsc;
 
 use crate::engine::generate::GenerateParams;
-use crate::engine::shadow::compare;
 use crate::engine::{EngineHandle, Event, RouteLabels, Submission};
-use crate::gateway::actors::planner::{Router, ShadowResult};
+use crate::gateway::actors::planner::{Planner, ShadowResult};
+use specgate_policies::shadow_verdict::compare;
 
 /// What a shadow check needs from the request it checks.
 pub struct ShadowJob {
@@ -24,7 +24,7 @@ pub struct ShadowJob {
 /// Start the check in the background. A busy engine skips it (and counts it): shadow checks
 /// run only while nothing waits and at most half the batch slots are in use, so they never
 /// take a slot from real traffic.
-pub fn launch(engine: &EngineHandle, router: Addr<Router>, job: ShadowJob) {
+pub fn launch(engine: &EngineHandle, planner: Addr<Planner>, job: ShadowJob) {
     if !engine.is_idle_enough() {
         metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);
         return;
@@ -56,7 +56,7 @@ pub fn launch(engine: &EngineHandle, router: Addr<Router>, job: ShadowJob) {
                 Event::Text { .. } => continue,
                 Event::Done(plain) => {
                     let outcome = compare(&speculative, &plain.token_ids, &plain.top2_gaps);
-                    router.do_send(ShadowResult {
+                    planner.do_send(ShadowResult {
                         route,
                         strategy,
                         outcome,

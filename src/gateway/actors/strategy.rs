@@ -6,56 +6,48 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use specgate_strategies::{
-    NgramDrafter, PlainDrafter, SharedCorpus, SharedSuffixCache, StrategyKind, SuffixRecorder,
-    TokenId,
-};
+use specgate_strategies::{PlainDrafter, SharedSuffixCache, StrategyKind, SuffixRecorder, TokenId};
 
-use crate::drafting::model_drafter::{ModelDrafter, SharedModel};
-use crate::drafting::registry::{suffix_drafter, BoxedDrafter};
-use crate::faults::Faults;
-use crate::heads::bundle::MedusaBundle;
+use crate::drafting::registry::{self, BoxedDrafter, DraftRequest, DraftResources, DrafterHook};
 
 pub use crate::gateway::actors::tenant_caches::TenantSuffixCaches;
 
 /// Owns one strategy's shared state and builds drafters from it.
 pub struct StrategyActor {
     pub kind: StrategyKind,
-    pub draft_model: Option<SharedModel>,
-    medusa: Option<MedusaBundle>,
+    /// What the server loaded for drafting (models, heads, the answer corpus).
+    resources: DraftResources,
     suffix_caches: TenantSuffixCaches,
-    /// Text of no tenant that every tenant's suffix drafting consults.
-    corpus: Option<SharedCorpus>,
-    faults: Faults,
+    /// Wraps each drafter handed out (fault injection in tests; none in service).
+    hook: Option<DrafterHook>,
 }
 
 impl StrategyActor {
-    pub fn new(kind: StrategyKind, draft_model: Option<SharedModel>, faults: Faults) -> Self {
+    pub fn new(kind: StrategyKind, resources: DraftResources) -> Self {
         Self {
             kind,
-            draft_model,
-            medusa: None,
+            resources,
             suffix_caches: TenantSuffixCaches::default(),
-            corpus: None,
-            faults,
+            hook: None,
         }
     }
 
-    /// The heads the `medusa` strategy drafts with.
-    pub fn with_medusa(mut self, bundle: Option<MedusaBundle>) -> Self {
-        self.medusa = bundle;
+    /// Wrap every drafter handed out with `hook`.
+    pub fn with_drafter_hook(mut self, hook: Option<DrafterHook>) -> Self {
+        self.hook = hook;
         self
+    }
+
+    fn hooked(&self, drafter: BoxedDrafter) -> BoxedDrafter {
+        match &self.hook {
+            Some(hook) => hook(drafter),
+            None => drafter,
+        }
     }
 
     /// Share the tenants' suffix caches with other strategy actors.
     pub fn with_suffix_caches(mut self, caches: TenantSuffixCaches) -> Self {
         self.suffix_caches = caches;
-        self
-    }
-
-    /// The answer corpus the suffix strategies consult after a tenant's own text.
-    pub fn with_corpus(mut self, corpus: Option<SharedCorpus>) -> Self {
-        self.corpus = corpus;
         self
     }
 
@@ -70,10 +62,8 @@ impl StrategyActor {
     pub fn checkout(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, Unavailable> {
         let cache = self.suffix_cache(&tenant);
         match self.build(tenant, seed) {
-            Ok(drafter) if self.kind.uses_suffix_cache() => Ok(self.faults.wrap(drafter)),
-            Ok(drafter) => Ok(self
-                .faults
-                .wrap(Box::new(SuffixRecorder::new(drafter, cache)))),
+            Ok(drafter) if self.kind.uses_suffix_cache() => Ok(self.hooked(drafter)),
+            Ok(drafter) => Ok(self.hooked(Box::new(SuffixRecorder::new(drafter, cache)))),
             Err(why) => Err(Unavailable {
                 why,
                 plain: Box::new(SuffixRecorder::new(Box::new(PlainDrafter), cache)),
@@ -84,7 +74,7 @@ impl StrategyActor {
     /// Tokens (up to `limit`) of an earlier answer to `prompt` in `tenant`'s cache (0 for a
     /// tenant with none yet: a lookup creates no cache). Best effort: a cache the engine
     /// thread holds at that moment (drafting, indexing) recalls nothing rather than stall
-    /// the thread every actor's and the router's messages run on.
+    /// the thread every actor's and the planner's messages run on.
     pub fn recall(&self, tenant: &str, prompt: &[TokenId], limit: usize) -> usize {
         self.suffix_caches.get(tenant).map_or(0, |c| {
             let cache = match c.try_lock() {
@@ -100,39 +90,12 @@ impl StrategyActor {
     }
 
     fn build(&mut self, tenant: String, seed: u64) -> Result<BoxedDrafter, String> {
-        Ok(match self.kind {
-            StrategyKind::Plain => Box::new(PlainDrafter),
-            StrategyKind::Ngram => Box::new(NgramDrafter::default()),
-            StrategyKind::Suffix => Box::new(suffix_drafter(
-                Some(self.suffix_cache(&tenant)),
-                self.corpus.clone(),
-            )),
-            StrategyKind::Draft | StrategyKind::EarlyExit => {
-                let model = self
-                    .draft_model
-                    .clone()
-                    .ok_or_else(|| format!("no model loaded for strategy {}", self.kind))?;
-                let name = self.kind.name();
-                Box::new(ModelDrafter::for_sequence(name, model, seed))
-            }
-            StrategyKind::Medusa | StrategyKind::MedusaTree | StrategyKind::SuffixMedusa => {
-                let cache = self
-                    .kind
-                    .uses_suffix_cache()
-                    .then(|| self.suffix_cache(&tenant));
-                let b = self
-                    .medusa
-                    .as_ref()
-                    .ok_or_else(|| "no Medusa heads loaded".to_string())?;
-                crate::drafting::registry::medusa_drafter(
-                    self.kind,
-                    b,
-                    seed,
-                    cache,
-                    self.corpus.clone(),
-                )
-            }
-        })
+        let suffix_cache = self
+            .kind
+            .uses_suffix_cache()
+            .then(|| self.suffix_cache(&tenant));
+        let request = DraftRequest { seed, suffix_cache };
+        registry::build(self.kind, &self.resources, request).map_err(|e| e.to_string())
     }
 }
 
@@ -211,7 +174,7 @@ mod tests {
     fn sharing_caches<const N: usize>(kinds: [StrategyKind; N]) -> [StrategyActor; N] {
         let caches = TenantSuffixCaches::default();
         kinds.map(|kind| {
-            StrategyActor::new(kind, None, Faults::default()).with_suffix_caches(caches.clone())
+            StrategyActor::new(kind, DraftResources::default()).with_suffix_caches(caches.clone())
         })
     }
 
@@ -292,7 +255,7 @@ mod tests {
     #[test]
     fn a_prompt_is_recalled_from_its_own_tenants_cache_only() {
         let caches = TenantSuffixCaches::default();
-        let mut plain = StrategyActor::new(StrategyKind::Plain, None, Faults::default())
+        let mut plain = StrategyActor::new(StrategyKind::Plain, DraftResources::default())
             .with_suffix_caches(caches.clone());
         let prompt: Vec<TokenId> = (100..160).collect();
         let full: Vec<TokenId> = prompt.iter().copied().chain(500..540).collect();

@@ -8,12 +8,12 @@ use serde_json::json;
 
 use crate::clock::unix_now;
 use crate::gateway::actors::history_writer::Flush;
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::gateway::http::{
     auth::{authenticate, authorize_admin},
     state::State,
 };
-use crate::store::history::{route_rows, rows_csv, tenant_prefix, HistoryKey, HistoryRecord};
+use crate::store::history::{route_rows, rows_csv};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -75,24 +75,11 @@ pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiE
         .history
         .send(Flush)
         .await
-        .map_err(|e| ApiError::internal(format!("history writer: {e}")))?
-        .map_err(ApiError::internal)?;
-    let scan = match &tenant {
-        Some(t) => state.history.scan_prefix(tenant_prefix(t)),
-        None => state.history.iter(),
-    };
-    let mut records: Vec<(HistoryKey, HistoryRecord)> = Vec::new();
-    for item in scan {
-        let (k, v) = item.map_err(|e| ApiError::internal(e.to_string()))?;
-        let Some(key) = HistoryKey::decode(&k) else {
-            continue;
-        };
-        if key.start < from || key.start >= to {
-            continue;
-        }
-        let rec = serde_json::from_slice(&v).map_err(|e| ApiError::internal(e.to_string()))?;
-        records.push((key, rec));
-    }
+        .map_err(|e| ApiError::internal(format!("history writer: {e}")))??;
+    let history = std::sync::Arc::clone(&state.history);
+    let records = web::block(move || history.read(tenant.as_deref(), from, to))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
     let rows = route_rows(&records, bucket_secs);
     let wants_csv = req
         .headers()

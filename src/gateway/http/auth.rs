@@ -1,11 +1,14 @@
 //! Who is calling: a tenant's API key or the admin token, from the `Authorization` header.
 
 use actix_web::http::header;
-use actix_web::HttpRequest;
+use std::sync::Arc;
+
+use actix_web::{web, HttpRequest};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
 use super::state::AppState;
+use crate::gateway::error::ApiError;
+use crate::store::limits::LimitOverrides;
 use crate::store::tenants::TenantError;
 
 pub fn bearer(req: &HttpRequest) -> Option<&str> {
@@ -22,7 +25,7 @@ pub fn store_error(e: TenantError) -> ApiError {
         TenantError::BadName(_) => ApiError::invalid(Some("name"), e.to_string()),
         TenantError::Exists(_) => ApiError::conflict(e.to_string()),
         TenantError::NoTenant(_) | TenantError::NoKey { .. } => ApiError::not_found(e.to_string()),
-        TenantError::Store(_) | TenantError::Corrupt(_) => ApiError::internal(e.to_string()),
+        TenantError::Store(e) => e.into(),
     }
 }
 
@@ -35,6 +38,30 @@ pub fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String, ApiEr
         .authenticate(key)
         .map_err(store_error)?
         .ok_or_else(|| ApiError::unauthorized("invalid API key"))
+}
+
+/// The calling tenant and its limit overrides, looked up on a blocking thread (a store may
+/// make round trips; the HTTP threads must not wait on them).
+pub async fn tenant_with_limits(
+    state: &AppState,
+    req: &HttpRequest,
+) -> Result<(String, LimitOverrides), ApiError> {
+    let key = bearer(req)
+        .ok_or_else(|| {
+            ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`")
+        })?
+        .to_string();
+    let tenants = Arc::clone(&state.tenants);
+    web::block(move || {
+        let tenant = tenants
+            .authenticate(&key)
+            .map_err(store_error)?
+            .ok_or_else(|| ApiError::unauthorized("invalid API key"))?;
+        let overrides = tenants.limits(&tenant).map_err(store_error)?;
+        Ok((tenant, overrides))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("tenant lookup: {e}")))?
 }
 
 /// The admin token: 401 without one or with a wrong one, 403 with a tenant's key.

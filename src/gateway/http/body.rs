@@ -4,7 +4,7 @@ use actix_web::web;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::error::ApiError;
+use crate::gateway::error::ApiError;
 
 /// The body, refused with 413 past the limit (before any of it is parsed).
 pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {

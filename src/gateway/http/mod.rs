@@ -5,7 +5,6 @@ pub mod analytics;
 pub mod auth;
 pub mod body;
 pub mod completions;
-pub mod error;
 pub mod logprobs_json;
 pub mod openapi;
 pub mod ops;

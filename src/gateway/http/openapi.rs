@@ -12,7 +12,7 @@ use utoipa::{Modify, OpenApi};
 
 use serde_json::{json, Value};
 
-use crate::gateway::http::error::ErrorBody;
+use crate::gateway::error::ErrorBody;
 use crate::gateway::http::requests::RequestLimits;
 use crate::gateway::http::state::State;
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use actix_web::{HttpRequest, HttpResponse};
 use serde_json::json;
 
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::gateway::http::{
     auth::{authenticate, authorize_admin},
     state::State,

@@ -7,7 +7,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 use specgate_policies::{RoutePolicy, WorkloadClass, ANY_TENANT};
 
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::gateway::http::{auth::authorize_admin, body::read_body, state::State};
 use crate::store::policies::PolicyStoreError;
 
@@ -28,7 +28,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 fn store_error(e: PolicyStoreError) -> ApiError {
     match e {
         PolicyStoreError::Invalid(why) => ApiError::invalid(None, why.to_string()),
-        other => ApiError::internal(other.to_string()),
+        PolicyStoreError::Store(e) => e.into(),
     }
 }
 

@@ -6,7 +6,7 @@ use specgate_policies::classify;
 use crate::engine::generate::GenerateParams;
 use crate::engine::RouteLabels;
 use crate::gateway::actors::request::Job;
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::gateway::http::requests::{GenerationRequest, RequestLimits};
 use crate::model::loaded::chat_prompt;
 use crate::model::tokenizer::Tokenizer;

@@ -5,11 +5,12 @@
 //! ([`neutral`]).
 
 use serde::Deserialize;
+pub use specgate_policies::SpecOverride;
 use specgate_policies::WorkloadClass;
-use specgate_strategies::{SamplingParams, StrategyKind};
+use specgate_strategies::SamplingParams;
 use utoipa::ToSchema;
 
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::model::chat_template::ChatMessage;
 
 /// `stop`: one string or a list.
@@ -302,18 +303,6 @@ pub struct CompletionRequest {
 
 impl RequestBody for CompletionRequest {
     const OWN_FIELDS: &'static [&'static str] = &["prompt", "echo", "best_of", "suffix"];
-}
-
-/// What the client asked of speculation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SpecOverride {
-    #[default]
-    Default,
-    Disabled,
-    Use {
-        strategy: Option<StrategyKind>,
-        k: Option<usize>,
-    },
 }
 
 /// Limits the server enforces on every request.

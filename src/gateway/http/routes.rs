@@ -3,8 +3,8 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::completions::{chat_completions, completions};
-use super::error::ApiError;
 use super::{analytics, openapi, ops, policies_api, tenants_api};
+use crate::gateway::error::ApiError;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     policies_api::routes(cfg);

@@ -10,15 +10,14 @@ use crate::gateway::actors::request::Services;
 use crate::gateway::admission::Quotas;
 use crate::gateway::http::requests::RequestLimits;
 use crate::model::tokenizer::Tokenizer;
-use crate::store::policies::PolicyStore;
-use crate::store::tenants::TenantStore;
+use crate::store::{HistoryStore, PolicyStore, TenantStore};
 
 /// Everything the handlers share.
 pub struct AppState {
     pub services: Services,
-    pub tenants: TenantStore,
-    pub policies: PolicyStore,
-    pub history: sled::Tree,
+    pub tenants: Arc<dyn TenantStore>,
+    pub policies: Arc<dyn PolicyStore>,
+    pub history: Arc<dyn HistoryStore>,
     pub tokenizer: Arc<Tokenizer>,
     pub limits: RequestLimits,
     pub admin_token: Option<String>,

@@ -6,7 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::gateway::http::{
     auth::{authorize_admin, store_error},
     body::read_body,

@@ -5,7 +5,7 @@ use specgate_policies::WorkloadClass;
 use specgate_strategies::{SamplingParams, StrategyKind};
 
 use crate::engine::logprobs::MAX_TOP_LOGPROBS;
-use crate::gateway::http::error::ApiError;
+use crate::gateway::error::ApiError;
 use crate::gateway::http::requests::{
     ChatRequest, CommonFields, CompletionRequest, GenerationRequest, PredictionField, PromptField,
     RequestLimits, SpecOverride, SpeculationField, StopField,

@@ -1,13 +1,41 @@
 //! Per-route history: what requests of a route measured, aggregated per strategy, k and time
-//! bucket (minutes, rolled up into hours past a window). Pure: keys, records, merging and the
-//! analytics rows; the writer actor and the HTTP handler only move these around.
+//! bucket (minutes, rolled up into hours past a window). Keys, records, merging and the
+//! analytics rows are pure; [`HistoryStore`] is the seam a store implements, and the writer
+//! actor and the HTTP handler only move records through it.
 
 use serde::{Deserialize, Serialize};
-use specgate_policies::WorkloadClass;
-use specgate_strategies::StrategyKind;
 
+mod key;
 mod rows;
+pub use key::{tenant_prefix, Granularity, HistoryKey};
 pub use rows::{route_rows, rows_csv, RouteRow};
+
+use super::StoreError;
+
+/// Per-route history buckets. Records are additive: adding a record to a bucket merges it
+/// into what is there ([`HistoryRecord::merge`]), so replicas may add to the same bucket.
+/// Calls may block on a round trip; the gateway makes them from the history writer's own
+/// thread (adds and roll-ups, batched per flush interval) and from the analyst API.
+pub trait HistoryStore: Send + Sync {
+    /// Merge `records` into their buckets, all or none, durable when the call returns: a
+    /// failed call changes nothing, so the batch can be added again without counting any
+    /// record twice.
+    fn add(&self, records: &[(HistoryKey, HistoryRecord)]) -> Result<(), StoreError>;
+
+    /// A tenant's records (every tenant's when `tenant` is None) whose bucket starts in
+    /// `[from, to)`, grouped by route.
+    fn read(
+        &self,
+        tenant: Option<&str>,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(HistoryKey, HistoryRecord)>, StoreError>;
+
+    /// Fold every minute bucket that starts before `cutoff` into its hour, each minute's move
+    /// atomic (a failure half-way never counts a minute in both places). Returns the minutes
+    /// moved.
+    fn roll_up(&self, cutoff: u64) -> Result<usize, StoreError>;
+}
 
 /// Upper bounds of the latency buckets, in milliseconds (the last is open).
 pub const LATENCY_BOUNDS_MS: [f64; 19] = [
@@ -202,110 +230,9 @@ impl HistoryRecord {
     }
 }
 
-/// Bucket granularity in the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Granularity {
-    Minute,
-    Hour,
-}
-
-/// Where a record lives: route, strategy, k and bucket start (unix seconds).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct HistoryKey {
-    pub tenant: String,
-    pub class: WorkloadClass,
-    pub strategy: StrategyKind,
-    pub k: u8,
-    pub granularity: Granularity,
-    pub start: u64,
-}
-
-impl HistoryKey {
-    /// The minute bucket holding `at` (unix seconds).
-    pub fn minute(
-        tenant: &str,
-        class: WorkloadClass,
-        strategy: StrategyKind,
-        k: usize,
-        at: u64,
-    ) -> Self {
-        Self {
-            tenant: tenant.to_string(),
-            class,
-            strategy,
-            k: k.min(255) as u8,
-            granularity: Granularity::Minute,
-            start: at - at % 60,
-        }
-    }
-
-    /// `tenant ␀ class ␀ strategy ␀ k g start`: a tenant's records are one prefix scan.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = tenant_prefix(&self.tenant);
-        for part in [self.class.name(), self.strategy.name()] {
-            out.extend_from_slice(part.as_bytes());
-            out.push(0);
-        }
-        out.push(self.k);
-        out.push(match self.granularity {
-            Granularity::Minute => b'm',
-            Granularity::Hour => b'h',
-        });
-        out.extend_from_slice(&self.start.to_be_bytes());
-        out
-    }
-
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut parts = bytes.splitn(4, |&b| b == 0);
-        let tenant = std::str::from_utf8(parts.next()?).ok()?.to_string();
-        let class = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-        let strategy = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-        let rest = parts.next()?;
-        let (&k, rest) = rest.split_first()?;
-        let (&g, rest) = rest.split_first()?;
-        let granularity = match g {
-            b'm' => Granularity::Minute,
-            b'h' => Granularity::Hour,
-            _ => return None,
-        };
-        let start = u64::from_be_bytes(rest.try_into().ok()?);
-        Some(Self {
-            tenant,
-            class,
-            strategy,
-            k,
-            granularity,
-            start,
-        })
-    }
-}
-
-/// The key prefix of every record of a tenant.
-pub fn tenant_prefix(tenant: &str) -> Vec<u8> {
-    let mut out = tenant.as_bytes().to_vec();
-    out.push(0);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_round_trip_and_sort_by_tenant() {
-        let k = HistoryKey::minute(
-            "acme",
-            WorkloadClass::Rag,
-            StrategyKind::EarlyExit,
-            4,
-            3_725,
-        );
-        assert_eq!(k.start, 3_720);
-        assert_eq!(HistoryKey::decode(&k.encode()), Some(k.clone()));
-        assert!(k.encode().starts_with(&tenant_prefix("acme")));
-        assert!(!k.encode().starts_with(&tenant_prefix("acm")));
-        assert_eq!(HistoryKey::decode(b"garbage"), None);
-    }
 
     #[test]
     fn histograms_merge_and_give_quantiles() {

@@ -142,3 +142,13 @@ impl ResponseError for ApiError {
 pub struct ErrorBody {
     pub error: ApiError,
 }
+
+/// A store that cannot be reached is the server's trouble, not the client's: 503, retry.
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::Unavailable(_) => ApiError::unavailable(e.to_string()),
+            _ => ApiError::internal(e.to_string()),
+        }
+    }
+}

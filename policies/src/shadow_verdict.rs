@@ -5,8 +5,8 @@
 //! the argmax within float noise. Anything else is silent corruption and disables the
 //! strategy for the route. Pure: the comparison and the policy change.
 
+use crate::RoutePolicy;
 use serde::Serialize;
-use specgate_policies::RoutePolicy;
 use specgate_strategies::{StrategyKind, TokenId};
 
 /// Top-2 logit gaps below this are ties (the exactness tests' rule).
@@ -80,7 +80,7 @@ pub fn without_strategy(policy: &RoutePolicy, strategy: StrategyKind) -> RoutePo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use specgate_policies::{default_policy, WorkloadClass};
+    use crate::{default_policy, WorkloadClass};
 
     #[test]
     fn outcomes() {

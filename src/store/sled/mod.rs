@@ -1,0 +1,43 @@
+//! The embedded store: one sled database file holds tenants and keys, policies and their
+//! versions, and history; its schema is versioned by `specgate-migrations`. No sled type
+//! leaves this folder.
+
+mod history;
+mod policies;
+mod tenants;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use history::SledHistory;
+pub use policies::SledPolicies;
+pub use tenants::SledTenants;
+
+use super::{StoreError, Stores};
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
+/// Open (creating if needed) and migrate the database at `path`.
+pub fn open(path: &Path) -> Result<Stores, StoreError> {
+    let db = sled::open(path).map_err(|e| StoreError::Open(format!("{}: {e}", path.display())))?;
+    open_db(&db)
+}
+
+/// A store that lives only as long as the process (tests).
+pub fn temporary() -> Result<Stores, StoreError> {
+    let db = sled::Config::new().temporary(true).open()?;
+    open_db(&db)
+}
+
+fn open_db(db: &sled::Db) -> Result<Stores, StoreError> {
+    specgate_migrations::migrate(db).map_err(|e| StoreError::Schema(e.to_string()))?;
+    Ok(Stores {
+        tenants: Arc::new(SledTenants::open(db).map_err(|e| StoreError::Open(e.to_string()))?),
+        policies: Arc::new(SledPolicies::open(db).map_err(|e| StoreError::Open(e.to_string()))?),
+        history: Arc::new(SledHistory::open(db)?),
+    })
+}

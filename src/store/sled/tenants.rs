@@ -1,0 +1,257 @@
+//! Tenants and their keys in sled: `tenants` (name → record), `api_keys` (key id → record,
+//! the secret's hash only) and `tenant_keys` (tenant ␀ key id, the index revocation checks).
+//! Every write is flushed before the call returns.
+
+use serde::{Deserialize, Serialize};
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+use specgate_migrations::tenant_key;
+
+use crate::clock::unix_now;
+use crate::store::limits::LimitOverrides;
+use crate::store::tenants::{
+    key_grants, new_key, new_tenant, split_key, IssuedKey, KeyInfo, KeyRecord, TenantError,
+    TenantInfo, TenantRecord, TenantStore,
+};
+use crate::store::StoreError;
+
+#[derive(Clone)]
+pub struct SledTenants {
+    db: sled::Db,
+    tenants: sled::Tree,
+    keys: sled::Tree,
+    by_tenant: sled::Tree, // tenant ␀ key id → (), schema version 2
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, TenantError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()).into())
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, TenantError> {
+    serde_json::to_vec(v).map_err(|e| StoreError::Corrupt(e.to_string()).into())
+}
+
+impl From<sled::Error> for TenantError {
+    fn from(e: sled::Error) -> Self {
+        TenantError::Store(e.into())
+    }
+}
+
+impl SledTenants {
+    pub(super) fn open(db: &sled::Db) -> Result<Self, TenantError> {
+        Ok(Self {
+            db: db.clone(),
+            tenants: db.open_tree("tenants")?,
+            keys: db.open_tree("api_keys")?,
+            by_tenant: db.open_tree("tenant_keys")?,
+        })
+    }
+
+    fn issue(&self, tenant: &str) -> Result<IssuedKey, TenantError> {
+        let (record, issued) = new_key(tenant);
+        let encoded = encode(&record)?;
+        let index = tenant_key(tenant, &record.id);
+        (&self.keys, &self.by_tenant)
+            .transaction(|(keys, by_tenant)| {
+                keys.insert(record.id.as_bytes(), encoded.as_slice())?;
+                by_tenant.insert(index.as_slice(), &[] as &[u8])?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(e) => TenantError::from(e),
+                TransactionError::Abort(()) => StoreError::Corrupt("aborted".into()).into(),
+            })?;
+        self.db.flush()?;
+        Ok(issued)
+    }
+
+    fn record(&self, name: &str) -> Result<TenantRecord, TenantError> {
+        let bytes = self
+            .tenants
+            .get(name)?
+            .ok_or_else(|| TenantError::NoTenant(name.to_string()))?;
+        decode(&bytes)
+    }
+}
+
+impl TenantStore for SledTenants {
+    /// Create a tenant with its first key.
+    fn create(&self, name: &str) -> Result<IssuedKey, TenantError> {
+        let record = encode(&new_tenant(name)?)?;
+        self.tenants
+            .compare_and_swap(name, None as Option<&[u8]>, Some(record))?
+            .map_err(|_| TenantError::Exists(name.to_string()))?;
+        self.issue(name)
+    }
+
+    fn exists(&self, name: &str) -> Result<bool, TenantError> {
+        Ok(self.tenants.contains_key(name)?)
+    }
+
+    /// The tenant's overrides of the configured limits.
+    fn limits(&self, name: &str) -> Result<LimitOverrides, TenantError> {
+        Ok(self.record(name)?.limits)
+    }
+
+    /// Replace the tenant's overrides; flushed before it returns, applied from the next
+    /// request on.
+    fn set_limits(&self, name: &str, limits: LimitOverrides) -> Result<(), TenantError> {
+        // sled retries the update until no concurrent edit intervenes: a PUT replaces the
+        // whole set, so applying it on top of another edit is the serial order.
+        let mut failure = None;
+        let old = self.tenants.fetch_and_update(name, |old| {
+            failure = None;
+            let old = old?;
+            match decode::<TenantRecord>(old).and_then(|mut r| {
+                r.limits = limits;
+                encode(&r)
+            }) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    failure = Some(e);
+                    Some(old.to_vec())
+                }
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if old.is_none() {
+            return Err(TenantError::NoTenant(name.to_string()));
+        }
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Another key for an existing tenant.
+    fn add_key(&self, name: &str) -> Result<IssuedKey, TenantError> {
+        if self.tenants.get(name)?.is_none() {
+            return Err(TenantError::NoTenant(name.to_string()));
+        }
+        self.issue(name)
+    }
+
+    /// The tenant a presented key belongs to, if it is a live key.
+    fn authenticate(&self, presented: &str) -> Result<Option<String>, TenantError> {
+        let Some((id, secret)) = split_key(presented) else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.keys.get(id.as_bytes())? else {
+            return Ok(None);
+        };
+        Ok(key_grants(&decode(&bytes)?, secret))
+    }
+
+    /// Revoke a key; it fails from the next request on.
+    fn revoke(&self, tenant: &str, id: &str) -> Result<(), TenantError> {
+        let missing = || TenantError::NoKey {
+            tenant: tenant.to_string(),
+            id: id.to_string(),
+        };
+        let bytes = self.keys.get(id.as_bytes())?.ok_or_else(missing)?;
+        if !self.by_tenant.contains_key(tenant_key(tenant, id))? {
+            return Err(missing());
+        }
+        let mut record: KeyRecord = decode(&bytes)?;
+        record.revoked.get_or_insert_with(unix_now);
+        self.keys.insert(id.as_bytes(), encode(&record)?)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<TenantInfo>, TenantError> {
+        let mut out = Vec::new();
+        for item in self.tenants.iter() {
+            let (_, v) = item?;
+            let t: TenantRecord = decode(&v)?;
+            out.push(TenantInfo {
+                name: t.name,
+                created: t.created,
+                limits: t.limits,
+                keys: Vec::new(),
+            });
+        }
+        for item in self.keys.iter() {
+            let (_, v) = item?;
+            let k: KeyRecord = decode(&v)?;
+            if let Some(t) = out.iter_mut().find(|t| t.name == k.tenant) {
+                t.keys.push(KeyInfo {
+                    id: k.id,
+                    created: k.created,
+                    revoked: k.revoked,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> SledTenants {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        specgate_migrations::migrate(&db).unwrap();
+        SledTenants::open(&db).unwrap()
+    }
+
+    #[test]
+    fn keys_authenticate_until_revoked_and_only_hashes_are_stored() {
+        let s = store();
+        let a = s.create("acme").unwrap();
+        let b = s.add_key("acme").unwrap();
+        assert_eq!(s.authenticate(&a.api_key).unwrap().as_deref(), Some("acme"));
+        assert_eq!(s.authenticate(&b.api_key).unwrap().as_deref(), Some("acme"));
+        let stored = s.keys.get(a.key_id.as_bytes()).unwrap().unwrap();
+        let secret = a.api_key.rsplit('-').next().unwrap();
+        assert!(!String::from_utf8_lossy(&stored).contains(secret));
+        s.revoke("acme", &a.key_id).unwrap();
+        assert_eq!(s.authenticate(&a.api_key).unwrap(), None);
+        assert_eq!(s.authenticate(&b.api_key).unwrap().as_deref(), Some("acme"));
+        let listed = s.list().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].keys.len(), 2);
+    }
+
+    #[test]
+    fn bad_keys_names_and_duplicates_are_refused() {
+        let s = store();
+        let a = s.create("t1").unwrap();
+        let forged = format!("{}x", &a.api_key[..a.api_key.len() - 1]);
+        for k in ["", "sg-", "nope", "sg-0000-1111", forged.as_str()] {
+            assert_eq!(s.authenticate(k).unwrap(), None, "{k:?}");
+        }
+        assert!(matches!(s.create("t1"), Err(TenantError::Exists(_))));
+        assert!(matches!(s.create("Bad Name"), Err(TenantError::BadName(_))));
+        assert!(matches!(s.add_key("ghost"), Err(TenantError::NoTenant(_))));
+        assert!(matches!(
+            s.revoke("other", &a.key_id),
+            Err(TenantError::NoKey { .. })
+        ));
+    }
+
+    #[test]
+    fn concurrent_limit_edits_all_succeed_and_one_wins_whole() {
+        let s = std::sync::Arc::new(store());
+        s.create("busy").unwrap();
+        let edits: Vec<_> = (1..=8u64)
+            .map(|n| {
+                let s = std::sync::Arc::clone(&s);
+                std::thread::spawn(move || {
+                    let limits = LimitOverrides {
+                        max_concurrent_requests: Some(n as u32),
+                        tokens_per_minute: Some(100 * n),
+                    };
+                    (0..20).try_for_each(|_| s.set_limits("busy", limits))
+                })
+            })
+            .collect();
+        for e in edits {
+            e.join().unwrap().unwrap();
+        }
+        let l = s.limits("busy").unwrap();
+        let n = l.max_concurrent_requests.unwrap() as u64;
+        assert_eq!(l.tokens_per_minute, Some(100 * n), "{l:?}");
+    }
+}
