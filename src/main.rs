@@ -87,8 +87,8 @@ enum BenchCommand {
         /// Folder with code_edit.jsonl, rag.jsonl, creative.jsonl.
         #[arg(long, default_value = "tests/fixtures/prompts")]
         prompts: PathBuf,
-        /// Comma-separated strategies (default: ngram, suffix, early-exit; draft too with
-        /// --draft-model).
+        /// Comma-separated strategies (default: every registered one but plain that the
+        /// arguments can build: draft with --draft-model, the Medusa ones where heads exist).
         #[arg(long, value_delimiter = ',')]
         strategies: Vec<StrategyKind>,
         /// k values: numbers, and `auto` (adaptive up to 8) or `autoN`.

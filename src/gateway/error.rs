@@ -152,3 +152,22 @@ impl From<crate::store::StoreError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_store_that_cannot_be_reached_is_a_503_and_a_corrupt_one_a_500() {
+        let down = ApiError::from(StoreError::Unavailable("connection refused".into()));
+        assert_eq!(down.status, 503);
+        assert!(down.body()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unavailable")));
+        assert_eq!(
+            ApiError::from(StoreError::Corrupt("bad".into())).status,
+            500
+        );
+    }
+}

@@ -162,7 +162,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         admin_token: cfg.admin_token.clone(),
         metrics,
         body_limit: cfg.body_limit,
-        quotas: Quotas::new(cfg.limits, Arc::new(crate::store::LocalLimiter::default())),
+        quotas: Quotas::new(cfg.limits, Arc::clone(&stores.limiter)),
         draining: Arc::clone(&draining),
         started: crate::clock::unix_now(),
     });

@@ -65,7 +65,7 @@ pub fn lm_head_f32(path: &Path) -> Result<Tensor, TrainError> {
 }
 
 /// The frozen LM head the served heads train and calibrate against: the model's LM head
-/// over the drafter's embedding vocabulary (`medusa_heads`) and the draft vocabulary `draft`.
+/// over the drafter's embedding vocabulary (`heads::bundle`) and the draft vocabulary `draft`.
 pub fn frozen_head(path: &Path, draft: &DraftVocab) -> Result<FrozenHead, TrainError> {
     FrozenHead::new(lm_head_f32(path)?, crate::heads::bundle::EMBED_VOCAB, draft)
 }

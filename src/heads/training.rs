@@ -2,7 +2,7 @@
 //! greedy continuations of a prompt file (and, if asked, more that start with a few sampled
 //! tokens); every generated position gives the hidden state h_j of the row that produced
 //! token y_j, and head i learns y_{j+1+i} from h_j and y_j, through the frozen LM head (see
-//! `heads_trainer`; seeded, checkpointed). Accuracy is reported on held-out sequences.
+//! `heads::trainer`; seeded, checkpointed). Accuracy is reported on held-out sequences.
 
 use std::path::Path;
 

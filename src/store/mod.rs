@@ -7,9 +7,13 @@
 //! history keys and rows, the limits book — sit beside the traits and are tested alone.
 //!
 //! Every trait is written for a store that may be remote: calls are fallible
-//! ([`StoreError::Unavailable`] becomes a 503), may block on a round trip (the gateway makes
-//! them off its HTTP threads or from the history writer's thread), and history is written in
-//! batches.
+//! ([`StoreError::Unavailable`] becomes a 503), may block on a round trip, and history is
+//! written in batches from the history writer's own thread. The generation endpoints look the
+//! tenant and its limits up on a blocking thread; the admin APIs, the key check of the other
+//! endpoints and the planner's policy reads still call the store directly (sled answers in
+//! microseconds; a remote store should move them off the actix threads too).
+//!
+//! Adding a store: implement the traits, and open it in [`Stores::open`].
 
 pub mod history;
 pub mod limiter;
@@ -50,10 +54,12 @@ pub struct Stores {
     pub tenants: Arc<dyn TenantStore>,
     pub policies: Arc<dyn PolicyStore>,
     pub history: Arc<dyn HistoryStore>,
+    pub limiter: Arc<dyn Limiter>,
 }
 
 impl Stores {
-    /// Open the store at `path`: the embedded sled database (created and migrated as needed).
+    /// Open the store at `path`: the embedded sled database (created and migrated as needed),
+    /// with this process's own limiter.
     pub fn open(path: &Path) -> Result<Stores, StoreError> {
         self::sled::open(path)
     }

@@ -80,8 +80,7 @@ pub fn valid_name(name: &str) -> bool {
 
 /// Tenants, their keys and their limit overrides. Every write is durable when the call
 /// returns (an acknowledged key or revocation survives a crash); a store that cannot be
-/// reached answers [`StoreError::Unavailable`]. Calls may block on a round trip: the gateway
-/// makes them off its HTTP threads where a request waits on them.
+/// reached answers [`StoreError::Unavailable`]. Calls may block on a round trip.
 pub trait TenantStore: Send + Sync {
     /// Create a tenant with its first key ([`TenantError::Exists`] if the name is taken).
     fn create(&self, name: &str) -> Result<IssuedKey, TenantError>;

@@ -63,6 +63,11 @@ pub fn python_with(module: &str, requirement: &str) -> Option<PathBuf> {
         "install",
         "--quiet",
         "--disable-pip-version-check",
+        // A network that drops packets fails the install in about a minute, not many.
+        "--retries",
+        "1",
+        "--timeout",
+        "20",
         requirement,
     ]));
     (installed && imports(&python, module)).then_some(python)

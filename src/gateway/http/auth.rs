@@ -40,12 +40,12 @@ pub fn authenticate(state: &AppState, req: &HttpRequest) -> Result<String, ApiEr
         .ok_or_else(|| ApiError::unauthorized("invalid API key"))
 }
 
-/// The calling tenant and its limit overrides, looked up on a blocking thread (a store may
-/// make round trips; the HTTP threads must not wait on them).
-pub async fn tenant_with_limits(
+/// [`authenticate`] on a blocking thread (a store may make a round trip; the HTTP threads
+/// must not wait on it). The generation endpoints use it.
+pub async fn authenticate_off_thread(
     state: &AppState,
     req: &HttpRequest,
-) -> Result<(String, LimitOverrides), ApiError> {
+) -> Result<String, ApiError> {
     let key = bearer(req)
         .ok_or_else(|| {
             ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`")
@@ -53,15 +53,21 @@ pub async fn tenant_with_limits(
         .to_string();
     let tenants = Arc::clone(&state.tenants);
     web::block(move || {
-        let tenant = tenants
+        tenants
             .authenticate(&key)
             .map_err(store_error)?
-            .ok_or_else(|| ApiError::unauthorized("invalid API key"))?;
-        let overrides = tenants.limits(&tenant).map_err(store_error)?;
-        Ok((tenant, overrides))
+            .ok_or_else(|| ApiError::unauthorized("invalid API key"))
     })
     .await
     .map_err(|e| ApiError::internal(format!("tenant lookup: {e}")))?
+}
+
+/// A tenant's limit overrides, read on a blocking thread.
+pub async fn limits_off_thread(state: &AppState, tenant: &str) -> Result<LimitOverrides, ApiError> {
+    let (tenants, tenant) = (Arc::clone(&state.tenants), tenant.to_string());
+    web::block(move || tenants.limits(&tenant).map_err(store_error))
+        .await
+        .map_err(|e| ApiError::internal(format!("tenant limits: {e}")))?
 }
 
 /// The admin token: 401 without one or with a wrong one, 403 with a tenant's key.

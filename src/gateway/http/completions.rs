@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::auth::tenant_with_limits;
+use super::auth::{authenticate_off_thread, limits_off_thread};
 use super::body::read_body;
 use super::logprobs_json::Renderer;
 use super::prepare::prepare;
@@ -23,7 +23,6 @@ use crate::engine::logprobs::TokenLogprob;
 use crate::gateway::actors::request::{Outgoing, RequestActor};
 use crate::gateway::admission::Ticket;
 use crate::gateway::error::ApiError;
-use crate::store::limits::LimitOverrides;
 
 fn workload_header(req: &HttpRequest) -> Option<&str> {
     req.headers().get("x-workload")?.to_str().ok()
@@ -40,7 +39,7 @@ async fn generation<T: RequestBody>(
     endpoint: Endpoint,
     validate: Validate<T>,
 ) -> Result<HttpResponse, ApiError> {
-    let (tenant, overrides) = tenant_with_limits(&state, &req).await?;
+    let tenant = authenticate_off_thread(&state, &req).await?;
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
@@ -50,7 +49,7 @@ async fn generation<T: RequestBody>(
         &state.limits,
         workload_header(&req),
     )?;
-    respond(&state, tenant, &overrides, request, endpoint).await
+    respond(&state, tenant, request, endpoint).await
 }
 
 /// Chat completion (OpenAI's), streamed as server-sent events when `stream` is true.
@@ -93,14 +92,14 @@ pub async fn completions(
 async fn respond(
     state: &AppState,
     tenant: String,
-    overrides: &LimitOverrides,
     request: GenerationRequest,
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
     let job = prepare(&state.tokenizer, &state.limits, tenant, &request)?;
+    let overrides = limits_off_thread(state, &job.route.tenant).await?;
     let mut ticket = state.quotas.admit(
         &job.route.tenant,
-        overrides,
+        &overrides,
         (job.prompt.len() + job.params.max_tokens) as u64,
     )?;
     // Random, not a counter: a sequential id would tell every tenant the server's traffic.

@@ -44,7 +44,7 @@ fn route(state: &State, path: &(String, String)) -> Result<(String, WorkloadClas
         && !state
             .tenants
             .exists(tenant)
-            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(crate::gateway::http::auth::store_error)?
     {
         return Err(ApiError::not_found(format!("no tenant {tenant:?}")));
     }

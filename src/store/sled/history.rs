@@ -12,11 +12,14 @@ pub struct SledHistory {
     tree: sled::Tree,
 }
 
-/// A stored entry, or None for one this build cannot read (skipped, as before the seam).
-fn decode(k: &[u8], v: &[u8]) -> Option<(HistoryKey, HistoryRecord)> {
-    let key = HistoryKey::decode(k)?;
-    let rec = serde_json::from_slice(v).ok()?;
-    Some((key, rec))
+/// A stored entry: None for a key that is not a history key (skipped), an error for a
+/// history key whose record this build cannot read.
+fn decode(k: &[u8], v: &[u8]) -> Result<Option<(HistoryKey, HistoryRecord)>, StoreError> {
+    let Some(key) = HistoryKey::decode(k) else {
+        return Ok(None);
+    };
+    let rec = serde_json::from_slice(v).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(Some((key, rec)))
 }
 
 impl SledHistory {
@@ -82,7 +85,7 @@ impl HistoryStore for SledHistory {
         let mut out = Vec::new();
         for item in scan {
             let (k, v) = item?;
-            if let Some((key, rec)) = decode(&k, &v) {
+            if let Some((key, rec)) = decode(&k, &v)? {
                 if key.start >= from && key.start < to {
                     out.push((key, rec));
                 }
@@ -95,7 +98,8 @@ impl HistoryStore for SledHistory {
         let mut old = Vec::new();
         for item in self.tree.iter() {
             let (k, v) = item?;
-            if let Some((key, rec)) = decode(&k, &v) {
+            // A record that cannot be read stays where it is (rolling it up would lose it).
+            if let Ok(Some((key, rec))) = decode(&k, &v) {
                 if key.granularity == Granularity::Minute && key.start < cutoff {
                     old.push((k, key, rec));
                 }

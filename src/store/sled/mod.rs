@@ -13,11 +13,16 @@ pub use history::SledHistory;
 pub use policies::SledPolicies;
 pub use tenants::SledTenants;
 
-use super::{StoreError, Stores};
+use super::{LocalLimiter, StoreError, Stores};
 
+/// An I/O failure may pass (a full disk, a slow device): retry later. Anything else sled
+/// reports is about the data or sled itself, and retrying would not help.
 impl From<sled::Error> for StoreError {
     fn from(e: sled::Error) -> Self {
-        StoreError::Unavailable(e.to_string())
+        match e {
+            sled::Error::Io(_) => StoreError::Unavailable(e.to_string()),
+            _ => StoreError::Corrupt(e.to_string()),
+        }
     }
 }
 
@@ -39,5 +44,7 @@ fn open_db(db: &sled::Db) -> Result<Stores, StoreError> {
         tenants: Arc::new(SledTenants::open(db).map_err(|e| StoreError::Open(e.to_string()))?),
         policies: Arc::new(SledPolicies::open(db).map_err(|e| StoreError::Open(e.to_string()))?),
         history: Arc::new(SledHistory::open(db)?),
+        // One process holds a sled file, so its counters are this process's.
+        limiter: Arc::new(LocalLimiter::default()),
     })
 }
