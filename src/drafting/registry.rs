@@ -123,7 +123,7 @@ pub struct Registration {
 }
 
 /// Every strategy's drafter, in one place. Adding a strategy: its drafter in `strategies/`,
-/// its name in `StrategyKind`, and one row here.
+/// its variant and row in `strategies/src/kind.rs`, and one row here.
 pub const REGISTRY: [Registration; 8] = [
     Registration {
         kind: StrategyKind::Plain,

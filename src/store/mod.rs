@@ -8,10 +8,10 @@
 //!
 //! Every trait is written for a store that may be remote: calls are fallible
 //! ([`StoreError::Unavailable`] becomes a 503), may block on a round trip, and history is
-//! written in batches from the history writer's own thread. The generation endpoints look the
-//! tenant and its limits up on a blocking thread; the admin APIs, the key check of the other
-//! endpoints and the planner's policy reads still call the store directly (sled answers in
-//! microseconds; a remote store should move them off the actix threads too).
+//! written in batches from the history writer's own thread. HTTP handlers make every store
+//! call on a blocking thread (`gateway/http/store_calls.rs`). One direct call is left: the
+//! planner actor reads a route's policy for each request (sled answers in microseconds; a
+//! remote store should serve it from a cache it keeps fresh).
 //!
 //! Adding a store: implement the traits, and open it in [`Stores::open`].
 

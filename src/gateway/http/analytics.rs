@@ -39,10 +39,10 @@ pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiE
         .map_err(|e| ApiError::invalid(None, format!("invalid query: {e}")))?
         .into_inner();
     // Whose history this caller may read: the admin any tenant's, a tenant only its own.
-    let tenant = if authorize_admin(&state, &req).is_ok() {
+    let tenant = if authorize_admin(&state, &req).await.is_ok() {
         q.tenant.clone()
     } else {
-        let own = authenticate(&state, &req)?;
+        let own = authenticate(&state, &req).await?;
         if q.tenant.as_ref().is_some_and(|t| *t != own) {
             return Err(ApiError::forbidden(
                 "a tenant key reads its own tenant's analytics only",

@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::auth::{authenticate_off_thread, limits_off_thread};
+use super::auth::{authenticate, limits};
 use super::body::read_body;
 use super::logprobs_json::Renderer;
 use super::prepare::prepare;
@@ -39,7 +39,7 @@ async fn generation<T: RequestBody>(
     endpoint: Endpoint,
     validate: Validate<T>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = authenticate_off_thread(&state, &req).await?;
+    let tenant = authenticate(&state, &req).await?;
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
@@ -96,7 +96,7 @@ async fn respond(
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
     let job = prepare(&state.tokenizer, &state.limits, tenant, &request)?;
-    let overrides = limits_off_thread(state, &job.route.tenant).await?;
+    let overrides = limits(state, &job.route.tenant).await?;
     let mut ticket = state.quotas.admit(
         &job.route.tenant,
         &overrides,

@@ -14,5 +14,6 @@ pub mod requests;
 pub mod responses;
 pub mod routes;
 pub mod state;
+pub mod store_calls;
 pub mod tenants_api;
 pub mod validate;

@@ -17,7 +17,7 @@ use crate::gateway::http::{
     responses((status = 200, description = "A list holding the served model", body = Object)),
     security(("api_key" = [])))]
 pub(crate) async fn models(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
-    authenticate(&state, &req)?;
+    authenticate(&state, &req).await?;
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
         "data": [{
@@ -69,7 +69,7 @@ pub(crate) async fn ready(state: State) -> HttpResponse {
     responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)),
     security(("admin_token" = [])))]
 pub(crate) async fn metrics_text(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
+    authorize_admin(&state, &req).await?;
     if let Some(bytes) = resident_memory_bytes() {
         metrics::gauge!("specgate_process_resident_memory_bytes").set(bytes as f64);
     }

@@ -8,8 +8,7 @@ use serde_json::json;
 use specgate_policies::{RoutePolicy, WorkloadClass, ANY_TENANT};
 
 use crate::gateway::error::ApiError;
-use crate::gateway::http::{auth::authorize_admin, body::read_body, state::State};
-use crate::store::policies::PolicyStoreError;
+use crate::gateway::http::{auth::authorize_admin, body::read_body, state::State, store_calls};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/admin/v1/policies", web::get().to(list))
@@ -25,27 +24,19 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         );
 }
 
-fn store_error(e: PolicyStoreError) -> ApiError {
-    match e {
-        PolicyStoreError::Invalid(why) => ApiError::invalid(None, why.to_string()),
-        PolicyStoreError::Store(e) => e.into(),
-    }
-}
-
 /// The route named in the path: `*` or an existing tenant, and a known class.
-fn route(state: &State, path: &(String, String)) -> Result<(String, WorkloadClass), ApiError> {
+async fn route(
+    state: &State,
+    path: &(String, String),
+) -> Result<(String, WorkloadClass), ApiError> {
     let (tenant, class) = path;
     let class: WorkloadClass = class
         .parse()
         .map_err(|e: specgate_policies::UnknownWorkload| {
             ApiError::invalid(Some("class"), e.to_string())
         })?;
-    if tenant != ANY_TENANT
-        && !state
-            .tenants
-            .exists(tenant)
-            .map_err(crate::gateway::http::auth::store_error)?
-    {
+    let named = tenant.clone();
+    if tenant != ANY_TENANT && !store_calls::tenants(state, move |s| s.exists(&named)).await? {
         return Err(ApiError::not_found(format!("no tenant {tenant:?}")));
     }
     Ok((tenant.clone(), class))
@@ -64,8 +55,8 @@ fn who(req: &HttpRequest) -> String {
 #[utoipa::path(get, path = "/admin/v1/policies", tag = "policies",
     responses((status = 200, description = "Policies", body = Object)), security(("admin_token" = [])))]
 pub(crate) async fn list(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let all = state.policies.all().map_err(store_error)?;
+    authorize_admin(&state, &req).await?;
+    let all = store_calls::policies(&state, |s| s.all()).await?;
     Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": all })))
 }
 
@@ -77,10 +68,13 @@ pub(crate) async fn get(
     path: web::Path<(String, String)>,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let (tenant, class) = route(&state, &path)?;
-    let stored = state.policies.get(&tenant, class).map_err(store_error)?;
-    let (policy, source) = state.policies.effective(&tenant, class);
+    authorize_admin(&state, &req).await?;
+    let (tenant, class) = route(&state, &path).await?;
+    let t = tenant.clone();
+    let (stored, (policy, source)) = store_calls::policies(&state, move |s| {
+        Ok((s.get(&t, class)?, s.effective(&t, class)))
+    })
+    .await?;
     Ok(HttpResponse::Ok().json(json!({
         "tenant": tenant,
         "class": class.name(),
@@ -102,15 +96,13 @@ pub(crate) async fn put(
     payload: web::Payload,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let (tenant, class) = route(&state, &path)?;
+    authorize_admin(&state, &req).await?;
+    let (tenant, class) = route(&state, &path).await?;
     let body = read_body(payload, state.body_limit).await?;
     let policy: RoutePolicy = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(None, format!("invalid policy: {e}")))?;
-    let stored = state
-        .policies
-        .put(&tenant, class, policy, &who(&req))
-        .map_err(store_error)?;
+    let by = who(&req);
+    let stored = store_calls::policies(&state, move |s| s.put(&tenant, class, policy, &by)).await?;
     Ok(HttpResponse::Ok().json(stored))
 }
 
@@ -122,13 +114,10 @@ pub(crate) async fn delete(
     path: web::Path<(String, String)>,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let (tenant, class) = route(&state, &path)?;
-    if !state
-        .policies
-        .delete(&tenant, class, &who(&req))
-        .map_err(store_error)?
-    {
+    authorize_admin(&state, &req).await?;
+    let (tenant, class) = route(&state, &path).await?;
+    let (t, by) = (tenant.clone(), who(&req));
+    if !store_calls::policies(&state, move |s| s.delete(&t, class, &by)).await? {
         return Err(ApiError::not_found(format!(
             "no policy of its own for {tenant}/{}",
             class.name()
@@ -148,11 +137,8 @@ pub(crate) async fn history(
     path: web::Path<(String, String)>,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let (tenant, class) = route(&state, &path)?;
-    let versions = state
-        .policies
-        .history(&tenant, class)
-        .map_err(store_error)?;
+    authorize_admin(&state, &req).await?;
+    let (tenant, class) = route(&state, &path).await?;
+    let versions = store_calls::policies(&state, move |s| s.history(&tenant, class)).await?;
     Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": versions })))
 }

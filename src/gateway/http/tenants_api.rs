@@ -7,11 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::gateway::error::ApiError;
-use crate::gateway::http::{
-    auth::{authorize_admin, store_error},
-    body::read_body,
-    state::State,
-};
+use crate::gateway::http::{auth::authorize_admin, body::read_body, state::State, store_calls};
 use crate::store::limits::LimitOverrides;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -41,11 +37,11 @@ pub(crate) async fn create_tenant(
     payload: web::Payload,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
+    authorize_admin(&state, &req).await?;
     let body = read_body(payload, state.body_limit).await?;
     let t: NewTenant = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
-    let issued = state.tenants.create(&t.name).map_err(store_error)?;
+    let issued = store_calls::tenants(&state, move |s| s.create(&t.name)).await?;
     Ok(HttpResponse::Created().json(issued))
 }
 
@@ -53,8 +49,8 @@ pub(crate) async fn create_tenant(
 #[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin",
     responses((status = 200, description = "Tenants", body = Object)), security(("admin_token" = [])))]
 pub(crate) async fn list_tenants(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let tenants = state.tenants.list().map_err(store_error)?;
+    authorize_admin(&state, &req).await?;
+    let tenants = store_calls::tenants(&state, |s| s.list()).await?;
     Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": tenants })))
 }
 
@@ -67,8 +63,9 @@ pub(crate) async fn add_key(
     path: web::Path<String>,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let issued = state.tenants.add_key(&path).map_err(store_error)?;
+    authorize_admin(&state, &req).await?;
+    let name = path.into_inner();
+    let issued = store_calls::tenants(&state, move |s| s.add_key(&name)).await?;
     Ok(HttpResponse::Created().json(issued))
 }
 
@@ -81,9 +78,10 @@ pub(crate) async fn revoke_key(
     path: web::Path<(String, String)>,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
+    authorize_admin(&state, &req).await?;
     let (name, id) = path.into_inner();
-    state.tenants.revoke(&name, &id).map_err(store_error)?;
+    let (n, i) = (name.clone(), id.clone());
+    store_calls::tenants(&state, move |s| s.revoke(&n, &i)).await?;
     Ok(HttpResponse::Ok().json(json!({ "tenant": name, "key_id": id, "revoked": true })))
 }
 
@@ -101,9 +99,10 @@ pub(crate) async fn get_limits(
     path: web::Path<String>,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
-    let o = state.tenants.limits(&path).map_err(store_error)?;
-    Ok(HttpResponse::Ok().json(limits_body(&state, &path, &o)))
+    authorize_admin(&state, &req).await?;
+    let name = path.into_inner();
+    let o = crate::gateway::http::auth::limits(&state, &name).await?;
+    Ok(HttpResponse::Ok().json(limits_body(&state, &name, &o)))
 }
 
 /// Replace the overrides: `{"max_concurrent_requests": 4, "tokens_per_minute": 20000}`; a
@@ -118,10 +117,12 @@ pub(crate) async fn put_limits(
     payload: web::Payload,
     state: State,
 ) -> Result<HttpResponse, ApiError> {
-    authorize_admin(&state, &req)?;
+    authorize_admin(&state, &req).await?;
     let body = read_body(payload, state.body_limit).await?;
     let o: LimitOverrides = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
-    state.tenants.set_limits(&path, o).map_err(store_error)?;
-    Ok(HttpResponse::Ok().json(limits_body(&state, &path, &o)))
+    let name = path.into_inner();
+    let n = name.clone();
+    store_calls::tenants(&state, move |s| s.set_limits(&n, o)).await?;
+    Ok(HttpResponse::Ok().json(limits_body(&state, &name, &o)))
 }
