@@ -15,6 +15,8 @@
 //!
 //! Adding a store: implement the traits, and open it in [`Stores::open`].
 
+#[cfg(test)]
+pub(crate) mod contract;
 pub mod history;
 pub mod limiter;
 pub mod limits;

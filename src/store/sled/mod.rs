@@ -48,3 +48,9 @@ fn open_db(db: &sled::Db) -> Result<Stores, StoreError> {
         limiter: Arc::new(LocalLimiter::default()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    // The suite every store passes, on a fresh temporary sled store per test.
+    crate::store::contract::store_contract_tests!(super::temporary().unwrap());
+}

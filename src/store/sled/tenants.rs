@@ -190,68 +190,14 @@ impl TenantStore for SledTenants {
 mod tests {
     use super::*;
 
-    fn store() -> SledTenants {
+    #[test]
+    fn only_the_hash_of_a_secret_is_stored() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         specgate_migrations::migrate(&db).unwrap();
-        SledTenants::open(&db).unwrap()
-    }
-
-    #[test]
-    fn keys_authenticate_until_revoked_and_only_hashes_are_stored() {
-        let s = store();
+        let s = SledTenants::open(&db).unwrap();
         let a = s.create("acme").unwrap();
-        let b = s.add_key("acme").unwrap();
-        assert_eq!(s.authenticate(&a.api_key).unwrap().as_deref(), Some("acme"));
-        assert_eq!(s.authenticate(&b.api_key).unwrap().as_deref(), Some("acme"));
         let stored = s.keys.get(a.key_id.as_bytes()).unwrap().unwrap();
         let secret = a.api_key.rsplit('-').next().unwrap();
         assert!(!String::from_utf8_lossy(&stored).contains(secret));
-        s.revoke("acme", &a.key_id).unwrap();
-        assert_eq!(s.authenticate(&a.api_key).unwrap(), None);
-        assert_eq!(s.authenticate(&b.api_key).unwrap().as_deref(), Some("acme"));
-        let listed = s.list().unwrap();
-        assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].keys.len(), 2);
-    }
-
-    #[test]
-    fn bad_keys_names_and_duplicates_are_refused() {
-        let s = store();
-        let a = s.create("t1").unwrap();
-        let forged = format!("{}x", &a.api_key[..a.api_key.len() - 1]);
-        for k in ["", "sg-", "nope", "sg-0000-1111", forged.as_str()] {
-            assert_eq!(s.authenticate(k).unwrap(), None, "{k:?}");
-        }
-        assert!(matches!(s.create("t1"), Err(TenantError::Exists(_))));
-        assert!(matches!(s.create("Bad Name"), Err(TenantError::BadName(_))));
-        assert!(matches!(s.add_key("ghost"), Err(TenantError::NoTenant(_))));
-        assert!(matches!(
-            s.revoke("other", &a.key_id),
-            Err(TenantError::NoKey { .. })
-        ));
-    }
-
-    #[test]
-    fn concurrent_limit_edits_all_succeed_and_one_wins_whole() {
-        let s = std::sync::Arc::new(store());
-        s.create("busy").unwrap();
-        let edits: Vec<_> = (1..=8u64)
-            .map(|n| {
-                let s = std::sync::Arc::clone(&s);
-                std::thread::spawn(move || {
-                    let limits = LimitOverrides {
-                        max_concurrent_requests: Some(n as u32),
-                        tokens_per_minute: Some(100 * n),
-                    };
-                    (0..20).try_for_each(|_| s.set_limits("busy", limits))
-                })
-            })
-            .collect();
-        for e in edits {
-            e.join().unwrap().unwrap();
-        }
-        let l = s.limits("busy").unwrap();
-        let n = l.max_concurrent_requests.unwrap() as u64;
-        assert_eq!(l.tokens_per_minute, Some(100 * n), "{l:?}");
     }
 }
