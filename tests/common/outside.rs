@@ -57,9 +57,9 @@ pub fn python_with(module: &str, requirement: &str) -> Option<PathBuf> {
         return Some(python);
     }
     eprintln!("installing {requirement} into target/py-venv");
-    let installed = runs(Command::new(&python).args([
-        "-m",
-        "pip",
+    // The venv's own installer: it writes into target/py-venv, never the system.
+    let installer = python.with_file_name("pip");
+    let installed = runs(Command::new(installer).args([
         "install",
         "--quiet",
         "--disable-pip-version-check",
