@@ -59,6 +59,12 @@ enum Command {
         #[command(subcommand)]
         which: crate::cli::gateway::PolicyCommand,
     },
+    /// The store: `migrate` (create or upgrade its schema), `copy` (move a deployment's
+    /// state, e.g. from sled to PostgreSQL).
+    Store {
+        #[command(subcommand)]
+        which: crate::cli::store::StoreCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -320,6 +326,7 @@ fn run() -> Result<()> {
             crate::cli::gateway::run_serve(resolve_model(args.model.clone())?, args)
         }
         Command::Policy { which } => crate::cli::gateway::run_policy(which),
+        Command::Store { which } => crate::cli::store::run(which),
         Command::Loadgen(args) => crate::cli::gateway::run_loadgen(args),
         Command::Soak(args) => crate::cli::gateway::run_soak(args),
         Command::TrainHeads(args) => {

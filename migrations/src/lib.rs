@@ -1,6 +1,7 @@
-//! Numbered store migrations and the runner that records `schema_version`.
+//! Numbered store migrations and the runners that record the schema version: sled's here,
+//! PostgreSQL's SQL files and runner in [`postgres`].
 //!
-//! The store is one sled database. Its `meta` tree holds `schema_version` (a big-endian u32).
+//! The embedded store is one sled database. Its `meta` tree holds `schema_version` (a big-endian u32).
 //! At start-up [`migrate`] applies every migration newer than the store's version, in order,
 //! each in one transaction together with the version bump, so a crash leaves the store at
 //! one version or the next, never between. A store written by a newer specgate is refused.
@@ -14,6 +15,8 @@
 //!   `api_keys`. `history` (per route, strategy, k and time bucket), `policies` (tenant ␀
 //!   class → current policy) and `policy_history` (tenant ␀ class ␀ version → change) start
 //!   empty at this version.
+
+pub mod postgres;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;

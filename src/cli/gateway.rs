@@ -5,19 +5,21 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
+use crate::cli::store::StoreArgs;
+
 #[derive(Subcommand)]
 pub enum PolicyCommand {
     /// Write every stored policy to DIR/default/<class>.toml and DIR/tenants/<t>/<class>.toml.
     Export {
-        #[arg(long, default_value = "data/specgate.db")]
-        db: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         #[arg(long, default_value = "policies-export")]
         out: PathBuf,
     },
     /// Store the policies in DIR (same layout) as new versions; all or nothing.
     Import {
-        #[arg(long, default_value = "data/specgate.db")]
-        db: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         dir: PathBuf,
     },
 }
@@ -27,9 +29,8 @@ pub struct ServeArgs {
     /// A llama-architecture GGUF file (default: the fetched SmolLM2-135M-Instruct).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// The store (tenants, keys).
-    #[arg(long, default_value = "data/specgate.db")]
-    db: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// 0 picks a free port (printed on stdout).
@@ -160,7 +161,8 @@ pub struct LoadgenArgs {
 pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
     let cfg = specgate::gateway::ServeConfig {
         model,
-        db: args.db,
+        store: args.store.store.clone(),
+        redis: args.store.redis(),
         host: args.host,
         port: args.port,
         admin_token: args.admin_token,
@@ -200,18 +202,17 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
 }
 
 pub fn run_policy(which: PolicyCommand) -> Result<()> {
-    let open = |db: &PathBuf| -> Result<std::sync::Arc<dyn specgate::store::PolicyStore>> {
-        let stores = specgate::store::Stores::open(db)?;
-        Ok(stores.policies)
+    let open = |store: &StoreArgs| -> Result<std::sync::Arc<dyn specgate::store::PolicyStore>> {
+        Ok(store.open()?.policies)
     };
     match which {
-        PolicyCommand::Export { db, out } => {
-            let n = specgate::tools::policy_files::export(open(&db)?.as_ref(), &out)?;
+        PolicyCommand::Export { store, out } => {
+            let n = specgate::tools::policy_files::export(open(&store)?.as_ref(), &out)?;
             println!("exported {n} policies to {}", out.display());
         }
-        PolicyCommand::Import { db, dir } => {
+        PolicyCommand::Import { store, dir } => {
             let n = specgate::tools::policy_files::import(
-                open(&db)?.as_ref(),
+                open(&store)?.as_ref(),
                 &dir,
                 "specgate policy import",
             )?;

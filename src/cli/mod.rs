@@ -3,4 +3,5 @@
 pub mod build_corpus;
 pub mod calibrate_heads;
 pub mod gateway;
+pub mod store;
 pub mod train_heads;

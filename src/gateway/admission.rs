@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::gateway::error::ApiError;
-use crate::store::limiter::Limiter;
+use crate::store::limiter::{Lease, Limiter};
 use crate::store::limits::{LimitOverrides, Limits, QuotaError};
 
 pub struct Quotas {
@@ -28,12 +28,14 @@ impl Quotas {
         tokens: u64,
     ) -> Result<Ticket, ApiError> {
         let limits = self.defaults.with(overrides);
-        self.limiter
+        let lease = self
+            .limiter
             .admit(tenant, limits, tokens)
             .map_err(|e| refusal(tenant, e))?;
         Ok(Ticket {
             quotas: Arc::clone(self),
             tenant: tenant.to_string(),
+            lease,
             reserved: tokens,
             used: None,
         })
@@ -41,6 +43,22 @@ impl Quotas {
 
     pub fn active(&self, tenant: &str) -> u32 {
         self.limiter.active(tenant)
+    }
+
+    /// [`Quotas::admit`] off the async thread when the limiter makes a round trip.
+    pub async fn admit_async(
+        self: &Arc<Self>,
+        tenant: &str,
+        overrides: &LimitOverrides,
+        tokens: u64,
+    ) -> Result<Ticket, ApiError> {
+        if !self.limiter.remote() {
+            return self.admit(tenant, overrides, tokens);
+        }
+        let (quotas, tenant, overrides) = (Arc::clone(self), tenant.to_string(), *overrides);
+        actix_web::web::block(move || quotas.admit(&tenant, &overrides, tokens))
+            .await
+            .map_err(|e| ApiError::internal(format!("admission: {e}")))?
     }
 }
 
@@ -78,6 +96,7 @@ fn refusal(tenant: &str, e: QuotaError) -> ApiError {
 pub struct Ticket {
     quotas: Arc<Quotas>,
     tenant: String,
+    lease: Lease,
     reserved: u64,
     used: Option<u64>,
 }
@@ -91,8 +110,17 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let used = self.used.unwrap_or(self.reserved);
-        self.quotas
-            .limiter
-            .release(&self.tenant, self.reserved, used);
+        let limiter = Arc::clone(&self.quotas.limiter);
+        let (tenant, lease, reserved) = (
+            std::mem::take(&mut self.tenant),
+            std::mem::take(&mut self.lease),
+            self.reserved,
+        );
+        let release = move || limiter.release(&tenant, &lease, reserved, used);
+        // A shared limiter makes a round trip: not on an HTTP worker's thread.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if self.quotas.limiter.remote() => drop(rt.spawn_blocking(release)),
+            _ => release(),
+        }
     }
 }

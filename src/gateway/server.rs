@@ -51,7 +51,9 @@ pub enum ServeError {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub model: PathBuf,
-    pub db: PathBuf,
+    /// Where state lives, and the Redis replicas share limits and notifications through.
+    pub store: crate::store::StoreUrl,
+    pub redis: Option<crate::store::RedisConfig>,
     pub host: String,
     pub port: u16,
     pub admin_token: Option<String>,
@@ -102,7 +104,7 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
 /// `--port 0` that is how a caller learns the port).
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // The store first: a store this build cannot read should fail before the model loads.
-    let stores = crate::store::Stores::open(&cfg.db)?;
+    let stores = crate::store::Stores::connect(&cfg.store, cfg.redis.as_ref())?;
     let metrics = install_metrics()?;
     let lm = LoadedModel::load(&cfg.model)?;
     let tokenizer = Arc::clone(&lm.tokenizer);

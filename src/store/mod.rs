@@ -9,23 +9,34 @@
 //! Every trait is written for a store that may be remote: calls are fallible
 //! ([`StoreError::Unavailable`] becomes a 503), may block on a round trip, and history is
 //! written in batches from the history writer's own thread. HTTP handlers make every store
-//! call on a blocking thread (`gateway/http/store_calls.rs`). One direct call is left: the
-//! planner actor reads a route's policy for each request (sled answers in microseconds; a
-//! remote store should serve it from a cache it keeps fresh).
+//! call on a blocking thread (`gateway/http/store_calls.rs`); the planner reads a route's
+//! policy on its own thread, which a remote store answers from [`cache`].
 //!
-//! Adding a store: implement the traits, and open it in [`Stores::open`].
+//! Stores by URL ([`StoreUrl`]): `sled:PATH` (the default, one replica) or `postgres://…`
+//! (shared by replicas: [`postgres`], with per-replica [`cache`]s in front). `--redis`
+//! adds [`redis`]: the cross-replica [`Limiter`] and the change notifications that keep the
+//! caches fresh. Adding a store: implement the traits, and open it in [`Stores::connect`].
 
+pub mod cache;
+pub mod changes;
 #[cfg(test)]
 pub(crate) mod contract;
+pub mod copy;
 pub mod history;
 pub mod limiter;
 pub mod limits;
 pub mod policies;
+pub mod postgres;
+pub mod redis;
+pub mod runtime;
 pub mod sled;
 pub mod tenants;
+#[cfg(test)]
+pub(crate) mod test_services;
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
+use std::time::Duration;
 
 pub use history::HistoryStore;
 pub use limiter::{Limiter, LocalLimiter};
@@ -59,7 +70,111 @@ pub struct Stores {
     pub limiter: Arc<dyn Limiter>,
 }
 
+/// Where a deployment's state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `sled:PATH` (or a bare path): the embedded store, one replica.
+    Sled(PathBuf),
+    /// `postgres://…` or `postgresql://…`: shared by every replica.
+    Postgres(String),
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("sled:") {
+            return Ok(StoreUrl::Sled(PathBuf::from(path)));
+        }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres(s.to_string()));
+        }
+        if s.is_empty() || s.contains("://") {
+            return Err(format!(
+                "unknown store {s:?}: expected sled:PATH or postgres://USER@HOST:PORT/DB"
+            ));
+        }
+        Ok(StoreUrl::Sled(PathBuf::from(s)))
+    }
+}
+
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sled(p) => write!(f, "sled:{}", p.display()),
+            StoreUrl::Postgres(url) => f.write_str(&postgres::redact(url)),
+        }
+    }
+}
+
+/// The Redis a shared deployment runs with.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Every key and channel starts with it (deployments or tests sharing one Redis).
+    pub prefix: String,
+    /// How long an in-flight place outlives the replica that stopped renewing it.
+    pub lease_ttl: Duration,
+}
+
 impl Stores {
+    /// Open the store at `store`, with Redis when given: the limiter and change
+    /// notifications shared by replicas. Without Redis, limits are this replica's (said once).
+    pub fn connect(store: &StoreUrl, redis: Option<&RedisConfig>) -> Result<Stores, StoreError> {
+        let shared = redis
+            .map(|r| Ok::<_, StoreError>(Arc::new(self::redis::Redis::new(&r.url, &r.prefix)?)))
+            .transpose()?;
+        let notifier: Arc<dyn changes::Notifier> = match &shared {
+            Some(r) => Arc::new(self::redis::RedisNotifier::new(Arc::clone(r))),
+            None => Arc::new(changes::Alone),
+        };
+        let mut stores = match store {
+            StoreUrl::Sled(path) => Stores::open(path)?,
+            StoreUrl::Postgres(url) => {
+                let pg = postgres::Pg::connect(url)?;
+                pg.migrate()?;
+                let config = cache::CacheConfig::default();
+                let tenants = cache::CachedTenants::new(
+                    Arc::new(postgres::PgTenants::new(pg.clone())),
+                    config,
+                    Arc::clone(&notifier),
+                );
+                let policies = cache::CachedPolicies::new(
+                    Arc::new(postgres::PgPolicies::new(pg.clone())),
+                    config,
+                    Arc::clone(&notifier),
+                );
+                let (on_key, on_policy) = (tenants.on_change(), policies.on_change());
+                notifier.subscribe(Box::new(move |c| {
+                    on_key(c);
+                    on_policy(c);
+                }));
+                Stores {
+                    tenants: Arc::new(tenants),
+                    policies: Arc::new(policies),
+                    history: Arc::new(postgres::PgHistory::new(pg)),
+                    limiter: Arc::new(LocalLimiter::default()),
+                }
+            }
+        };
+        match (redis, shared) {
+            (Some(config), Some(r)) => {
+                stores.limiter = self::redis::RedisLimiter::start(r, config.lease_ttl)?;
+            }
+            _ if matches!(store, StoreUrl::Postgres(_)) => {
+                static SAID: Once = Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "specgate: no --redis: tenant limits are enforced per replica, and other \
+                         replicas see edits within the cache TTL; run several replicas with Redis"
+                    )
+                });
+            }
+            _ => {}
+        }
+        Ok(stores)
+    }
+
     /// Open the store at `path`: the embedded sled database (created and migrated as needed),
     /// with this process's own limiter.
     pub fn open(path: &Path) -> Result<Stores, StoreError> {

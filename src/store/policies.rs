@@ -13,6 +13,8 @@ pub enum PolicyStoreError {
     Store(#[from] StoreError),
     #[error("invalid policy: {0}")]
     Invalid(#[from] PolicyError),
+    #[error("route {tenant}/{class} already has a policy history here")]
+    RouteExists { tenant: String, class: String },
 }
 
 /// The current policy of a route with its version.
@@ -86,6 +88,19 @@ pub trait PolicyStore: Send + Sync {
 
     /// Every stored current policy (export).
     fn all(&self) -> Result<Vec<StoredPolicy>, PolicyStoreError>;
+
+    /// Every route with at least one change (`store copy`).
+    fn routes(&self) -> Result<Vec<(String, WorkloadClass)>, PolicyStoreError>;
+
+    /// Store a route's current policy and its whole history exactly as another store
+    /// exported them; refused when the route already has a history here.
+    fn import(
+        &self,
+        tenant: &str,
+        class: WorkloadClass,
+        current: Option<&StoredPolicy>,
+        history: &[PolicyVersion],
+    ) -> Result<(), PolicyStoreError>;
 
     /// The policy a request of (tenant, class) runs under. A store that cannot be read
     /// falls back to the shipped default: planning never fails for the store's sake.

@@ -91,12 +91,24 @@ pub trait TenantStore: Send + Sync {
     fn set_limits(&self, name: &str, limits: LimitOverrides) -> Result<(), TenantError>;
     /// Another key for an existing tenant.
     fn add_key(&self, name: &str) -> Result<IssuedKey, TenantError>;
+    /// The stored record of key `id` (its hash, never its secret).
+    fn key(&self, id: &str) -> Result<Option<KeyRecord>, TenantError>;
     /// The tenant a presented key belongs to, if it is a live key.
-    fn authenticate(&self, presented: &str) -> Result<Option<String>, TenantError>;
+    fn authenticate(&self, presented: &str) -> Result<Option<String>, TenantError> {
+        let Some((id, secret)) = split_key(presented) else {
+            return Ok(None);
+        };
+        Ok(self.key(id)?.and_then(|record| key_grants(&record, secret)))
+    }
     /// Revoke a key; it fails from the next request on.
     fn revoke(&self, tenant: &str, id: &str) -> Result<(), TenantError>;
     /// Every tenant with its keys (ids and dates, never secrets or hashes).
     fn list(&self) -> Result<Vec<TenantInfo>, TenantError>;
+    /// Every tenant with its key records as stored (`store copy`).
+    fn export(&self) -> Result<Vec<(TenantRecord, Vec<KeyRecord>)>, TenantError>;
+    /// Store a tenant and its key records exactly as another store exported them
+    /// ([`TenantError::Exists`] if the name is taken).
+    fn import(&self, tenant: &TenantRecord, keys: &[KeyRecord]) -> Result<(), TenantError>;
 }
 
 /// A new key's parts: the record to store (only the secret's hash) and the key to show once.

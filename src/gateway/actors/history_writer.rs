@@ -1,24 +1,37 @@
 //! The history writer: gathers finished requests' records in memory and adds them to the
 //! history store in one batch per flush interval (no store write per request or token). A
-//! crash loses at most one interval; a store that is down keeps the batch pending for the
-//! next flush. Minute buckets older than the window are rolled up into hours.
+//! crash loses at most one interval. A store that is down keeps the batch, with its flush id,
+//! for the next try (backing off to [`MAX_BACKOFF`]), so a batch whose reply was lost is
+//! skipped by the store rather than counted twice; records that arrive meanwhile wait in
+//! their own batch, bounded by [`MAX_PENDING_BUCKETS`]. Minute buckets older than the window
+//! are rolled up into hours.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
 use crate::clock::unix_now;
-use crate::store::history::{HistoryKey, HistoryRecord};
+use crate::store::history::{FlushId, HistoryKey, HistoryRecord};
 use crate::store::{HistoryStore, StoreError};
+
+/// The most buckets kept in memory while the store is down; records for a new bucket past
+/// it are dropped and counted (`specgate_history_dropped_total`).
+pub const MAX_PENDING_BUCKETS: usize = 50_000;
+/// The longest wait between tries while the store is down.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct HistoryWriter {
     store: Arc<dyn HistoryStore>,
     pending: BTreeMap<HistoryKey, HistoryRecord>,
+    /// A batch the store has not acknowledged, with the id it was first sent under.
+    unsent: Option<(FlushId, Vec<(HistoryKey, HistoryRecord)>)>,
     flush_every: Duration,
     minute_window: Duration,
     last_rollup: u64,
+    failures: u32,
+    next_try: Option<Instant>,
 }
 
 impl HistoryWriter {
@@ -30,20 +43,36 @@ impl HistoryWriter {
         Self {
             store,
             pending: BTreeMap::new(),
+            unsent: None,
             flush_every,
             minute_window,
             last_rollup: 0,
+            failures: 0,
+            next_try: None,
         }
     }
 
-    /// Add the pending batch; on failure it stays pending for the next flush (the store
-    /// adds all or none, so nothing is counted twice).
+    fn add(&mut self, key: HistoryKey, record: &HistoryRecord) {
+        let held = self.pending.len() + self.unsent.as_ref().map_or(0, |(_, b)| b.len());
+        if held >= MAX_PENDING_BUCKETS && !self.pending.contains_key(&key) {
+            metrics::counter!("specgate_history_dropped_total").increment(1);
+            return;
+        }
+        self.pending.entry(key).or_default().merge(record);
+    }
+
+    /// Send the unacknowledged batch (under its first id), then what is pending (under a new
+    /// one); on failure both stay for the next flush.
     fn flush(&mut self) -> Result<(), StoreError> {
-        if !self.pending.is_empty() {
+        if self.unsent.is_none() && !self.pending.is_empty() {
             let batch: Vec<_> = std::mem::take(&mut self.pending).into_iter().collect();
-            if let Err(e) = self.store.add(&batch) {
-                self.pending.extend(batch);
-                return Err(e);
+            self.unsent = Some((FlushId::new(), batch));
+        }
+        if let Some((id, batch)) = &self.unsent {
+            self.store.add(*id, batch)?;
+            self.unsent = None;
+            if !self.pending.is_empty() {
+                return self.flush();
             }
         }
         let now = unix_now();
@@ -54,18 +83,38 @@ impl HistoryWriter {
         }
         Ok(())
     }
+
+    /// A timed flush: skipped while backing off after failures.
+    fn tick(&mut self) {
+        if self.next_try.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        match self.flush() {
+            Ok(()) => {
+                self.failures = 0;
+                self.next_try = None;
+            }
+            Err(e) => {
+                self.failures += 1;
+                let backoff = self
+                    .flush_every
+                    .saturating_mul(1 << self.failures.min(10))
+                    .min(MAX_BACKOFF);
+                self.next_try = Some(Instant::now() + backoff);
+                eprintln!("specgate: writing history failed (retry in {backoff:?}): {e}");
+                metrics::counter!("specgate_history_write_failures_total").increment(1);
+            }
+        }
+        let held = self.pending.len() + self.unsent.as_ref().map_or(0, |(_, b)| b.len());
+        metrics::gauge!("specgate_history_pending_buckets").set(held as f64);
+    }
 }
 
 impl Actor for HistoryWriter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.flush_every, |act, _| {
-            if let Err(e) = act.flush() {
-                eprintln!("specgate: writing history failed: {e}");
-                metrics::counter!("specgate_history_write_failures_total").increment(1);
-            }
-        });
+        ctx.run_interval(self.flush_every, |act, _| act.tick());
     }
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {
@@ -88,7 +137,7 @@ impl Handler<Record> for HistoryWriter {
     type Result = ();
 
     fn handle(&mut self, msg: Record, _: &mut Context<Self>) {
-        self.pending.entry(msg.key).or_default().merge(&msg.record);
+        self.add(msg.key, &msg.record);
     }
 }
 
@@ -148,19 +197,28 @@ mod tests {
     struct Flaky {
         inner: Arc<dyn HistoryStore>,
         failures: std::sync::atomic::AtomicUsize,
+        /// Fail after the add went through (a reply lost on the way back).
+        lose_replies: bool,
     }
 
     impl HistoryStore for Flaky {
-        fn add(&self, records: &[(HistoryKey, HistoryRecord)]) -> Result<(), StoreError> {
+        fn add(
+            &self,
+            flush: FlushId,
+            records: &[(HistoryKey, HistoryRecord)],
+        ) -> Result<(), StoreError> {
             use std::sync::atomic::Ordering::SeqCst;
-            if self
+            let fail = self
                 .failures
                 .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
+                .is_ok();
+            if fail && self.lose_replies {
+                self.inner.add(flush, records)?;
+            }
+            if fail {
                 return Err(StoreError::Unavailable("down".into()));
             }
-            self.inner.add(records)
+            self.inner.add(flush, records)
         }
         fn read(
             &self,
@@ -181,6 +239,7 @@ mod tests {
         let flaky = Arc::new(Flaky {
             inner: Arc::clone(&inner),
             failures: 2.into(),
+            lose_replies: false,
         });
         let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
         let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, unix_now());
@@ -195,5 +254,42 @@ mod tests {
         w.flush().unwrap();
         let rows = inner.read(None, 0, u64::MAX).unwrap();
         assert_eq!(rows, vec![(key, record(2, 15))]);
+    }
+
+    #[test]
+    fn a_batch_whose_reply_was_lost_is_counted_once_and_later_records_are_not_lost() {
+        let inner = crate::store::Stores::temporary().unwrap().history;
+        let flaky = Arc::new(Flaky {
+            inner: Arc::clone(&inner),
+            failures: 1.into(),
+            lose_replies: true,
+        });
+        let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, unix_now());
+        w.add(key.clone(), &record(1, 10));
+        assert!(
+            w.flush().is_err(),
+            "the store added it but the reply was lost"
+        );
+        // A request that ends meanwhile goes into a batch of its own, not the lost one.
+        w.add(key.clone(), &record(1, 5));
+        w.flush().unwrap();
+        let rows = inner.read(None, 0, u64::MAX).unwrap();
+        assert_eq!(rows, vec![(key, record(2, 15))]);
+    }
+
+    #[test]
+    fn new_buckets_past_the_bound_are_dropped_while_the_store_is_down() {
+        let inner = crate::store::Stores::temporary().unwrap().history;
+        let mut w = HistoryWriter::new(inner, Duration::from_secs(1), Duration::from_secs(600));
+        for i in 0..MAX_PENDING_BUCKETS as u64 + 10 {
+            let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, i * 60);
+            w.add(key, &record(1, 1));
+        }
+        assert_eq!(w.pending.len(), MAX_PENDING_BUCKETS);
+        // A bucket already held still takes more records.
+        let held = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, 0);
+        w.add(held.clone(), &record(1, 1));
+        assert_eq!(w.pending[&held], record(2, 2));
     }
 }

@@ -97,11 +97,14 @@ async fn respond(
 ) -> Result<HttpResponse, ApiError> {
     let job = prepare(&state.tokenizer, &state.limits, tenant, &request)?;
     let overrides = limits(state, &job.route.tenant).await?;
-    let mut ticket = state.quotas.admit(
-        &job.route.tenant,
-        &overrides,
-        (job.prompt.len() + job.params.max_tokens) as u64,
-    )?;
+    let mut ticket = state
+        .quotas
+        .admit_async(
+            &job.route.tenant,
+            &overrides,
+            (job.prompt.len() + job.params.max_tokens) as u64,
+        )
+        .await?;
     // Random, not a counter: a sequential id would tell every tenant the server's traffic.
     let id: u128 = rand::random();
     let meta = ResponseMeta {

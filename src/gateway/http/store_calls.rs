@@ -26,6 +26,7 @@ pub fn tenant_error(e: TenantError) -> ApiError {
 pub fn policy_error(e: PolicyStoreError) -> ApiError {
     match e {
         PolicyStoreError::Invalid(why) => ApiError::invalid(None, why.to_string()),
+        PolicyStoreError::RouteExists { .. } => ApiError::conflict(e.to_string()),
         PolicyStoreError::Store(e) => e.into(),
     }
 }

@@ -17,10 +17,14 @@ use super::StoreError;
 /// Calls may block on a round trip; the gateway makes them from the history writer's own
 /// thread (adds and roll-ups, batched per flush interval) and from the analyst API.
 pub trait HistoryStore: Send + Sync {
-    /// Merge `records` into their buckets, all or none, durable when the call returns: a
-    /// failed call changes nothing, so the batch can be added again without counting any
-    /// record twice.
-    fn add(&self, records: &[(HistoryKey, HistoryRecord)]) -> Result<(), StoreError>;
+    /// Merge `records` into their buckets, all or none, durable when the call returns. A
+    /// flush whose id the store has already added is skipped: a batch sent again after a
+    /// failure — or after a reply that was lost on the way back — counts once.
+    fn add(
+        &self,
+        flush: FlushId,
+        records: &[(HistoryKey, HistoryRecord)],
+    ) -> Result<(), StoreError>;
 
     /// A tenant's records (every tenant's when `tenant` is None) whose bucket starts in
     /// `[from, to)`, grouped by route.
@@ -35,6 +39,23 @@ pub trait HistoryStore: Send + Sync {
     /// atomic (a failure half-way never counts a minute in both places). Returns the minutes
     /// moved.
     fn roll_up(&self, cutoff: u64) -> Result<usize, StoreError>;
+}
+
+/// One flush's identity, chosen by the writer and kept with its batch until a store has
+/// acknowledged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlushId(pub [u8; 16]);
+
+impl FlushId {
+    pub fn new() -> Self {
+        FlushId(rand::random())
+    }
+}
+
+impl Default for FlushId {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Upper bounds of the latency buckets, in milliseconds (the last is open).

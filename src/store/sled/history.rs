@@ -1,15 +1,23 @@
 //! History in sled: one tree, `history`, keyed by [`HistoryKey::encode`] (a tenant's records
-//! are one prefix scan) with each record as JSON. The one place a stored record is decoded.
+//! are one prefix scan) with each record as JSON; `history_flushes` holds the ids of the
+//! flushes added (id → unix seconds), pruned by roll-ups. The one place a stored record is
+//! decoded.
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
-use crate::store::history::{tenant_prefix, Granularity, HistoryKey, HistoryRecord, HistoryStore};
+use sled::Transactional;
+
+use crate::clock::unix_now;
+use crate::store::history::{
+    tenant_prefix, FlushId, Granularity, HistoryKey, HistoryRecord, HistoryStore,
+};
 use crate::store::StoreError;
 
 #[derive(Clone)]
 pub struct SledHistory {
     db: sled::Db,
     tree: sled::Tree,
+    flushes: sled::Tree,
 }
 
 /// A stored entry: None for a key that is not a history key (skipped), an error for a
@@ -27,19 +35,28 @@ impl SledHistory {
         Ok(Self {
             db: db.clone(),
             tree: db.open_tree("history")?,
+            flushes: db.open_tree("history_flushes")?,
         })
     }
 
-    /// Merge `records` and remove `remove` in one transaction.
+    /// Merge `records` and remove `remove` in one transaction, once per `flush` (None: a
+    /// roll-up's move, which is never retried as such).
     fn merge_all(
         &self,
+        flush: Option<FlushId>,
         records: &[(Vec<u8>, &HistoryRecord)],
         remove: &[sled::IVec],
     ) -> Result<(), StoreError> {
-        self.tree
-            .transaction(|tx| {
+        let now = unix_now().to_be_bytes();
+        (&self.tree, &self.flushes)
+            .transaction(|(tree, flushes)| {
+                if let Some(id) = flush {
+                    if flushes.insert(&id.0[..], &now[..])?.is_some() {
+                        return Ok(()); // added before: its reply was lost
+                    }
+                }
                 for (key, rec) in records {
-                    let mut merged: HistoryRecord = tx
+                    let mut merged: HistoryRecord = tree
                         .get(key)?
                         .and_then(|b| serde_json::from_slice(&b).ok())
                         .unwrap_or_default();
@@ -47,10 +64,10 @@ impl SledHistory {
                     let bytes = serde_json::to_vec(&merged).map_err(|e| {
                         ConflictableTransactionError::Abort(StoreError::Corrupt(e.to_string()))
                     })?;
-                    tx.insert(key.as_slice(), bytes)?;
+                    tree.insert(key.as_slice(), bytes)?;
                 }
                 for key in remove {
-                    tx.remove(key.clone())?;
+                    tree.remove(key.clone())?;
                 }
                 Ok(())
             })
@@ -59,15 +76,31 @@ impl SledHistory {
                 TransactionError::Storage(e) => e.into(),
             })
     }
+
+    /// Forget the ids of flushes older than `cutoff`: no writer retries one that old.
+    fn prune_flushes(&self, cutoff: u64) -> Result<(), StoreError> {
+        for item in self.flushes.iter() {
+            let (id, at) = item?;
+            let at = <[u8; 8]>::try_from(at.as_ref()).map_or(0, u64::from_be_bytes);
+            if at < cutoff {
+                self.flushes.remove(id)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl HistoryStore for SledHistory {
-    fn add(&self, records: &[(HistoryKey, HistoryRecord)]) -> Result<(), StoreError> {
+    fn add(
+        &self,
+        flush: FlushId,
+        records: &[(HistoryKey, HistoryRecord)],
+    ) -> Result<(), StoreError> {
         if records.is_empty() {
             return Ok(());
         }
         let encoded: Vec<_> = records.iter().map(|(k, r)| (k.encode(), r)).collect();
-        self.merge_all(&encoded, &[])?;
+        self.merge_all(Some(flush), &encoded, &[])?;
         self.db.flush()?;
         Ok(())
     }
@@ -112,8 +145,9 @@ impl HistoryStore for SledHistory {
                 start: key.start - key.start % 3600,
                 ..key
             };
-            self.merge_all(&[(hour.encode(), &rec)], &[raw])?;
+            self.merge_all(None, &[(hour.encode(), &rec)], &[raw])?;
         }
+        self.prune_flushes(cutoff)?;
         if moved > 0 {
             self.db.flush()?;
         }

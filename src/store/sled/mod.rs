@@ -52,5 +52,7 @@ fn open_db(db: &sled::Db) -> Result<Stores, StoreError> {
 #[cfg(test)]
 mod tests {
     // The suite every store passes, on a fresh temporary sled store per test.
-    crate::store::contract::store_contract_tests!(super::temporary().unwrap());
+    crate::store::contract::store_contract_tests!(Some(
+        crate::store::test_services::TestStores::new(super::temporary().unwrap())
+    ));
 }

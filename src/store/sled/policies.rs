@@ -189,4 +189,64 @@ impl PolicyStore for SledPolicies {
             })
             .collect()
     }
+
+    fn routes(&self) -> Result<Vec<(String, WorkloadClass)>, PolicyStoreError> {
+        let mut out: Vec<(String, WorkloadClass)> = Vec::new();
+        for item in self.history.iter() {
+            let (k, _) = item?;
+            // tenant ␀ class ␀ version: the version's bytes may hold NULs, the names never.
+            let mut parts = k.splitn(3, |&b| b == 0);
+            let (Some(tenant), Some(class)) = (parts.next(), parts.next()) else {
+                return Err(corrupt("a policy history key without its route"));
+            };
+            let tenant = String::from_utf8_lossy(tenant).into_owned();
+            let class: WorkloadClass = String::from_utf8_lossy(class).parse().map_err(corrupt)?;
+            if out.last() != Some(&(tenant.clone(), class)) {
+                out.push((tenant, class));
+            }
+        }
+        Ok(out)
+    }
+
+    fn import(
+        &self,
+        tenant: &str,
+        class: WorkloadClass,
+        current: Option<&StoredPolicy>,
+        history: &[PolicyVersion],
+    ) -> Result<(), PolicyStoreError> {
+        let _serial = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        if self.next_version(tenant, class)? != 1 {
+            return Err(PolicyStoreError::RouteExists {
+                tenant: tenant.to_string(),
+                class: class.name().to_string(),
+            });
+        }
+        let current = current
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(corrupt)?;
+        let mut entries = Vec::new();
+        for change in history {
+            let key = version_key(tenant, class, change.version);
+            entries.push((key, serde_json::to_vec(change).map_err(corrupt)?));
+        }
+        let key = route_key(tenant, class);
+        (&self.current, &self.history)
+            .transaction(|(cur, hist)| {
+                if let Some(v) = &current {
+                    cur.insert(key.as_slice(), v.as_slice())?;
+                }
+                for (k, v) in &entries {
+                    hist.insert(k.as_slice(), v.as_slice())?;
+                }
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(e) => PolicyStoreError::from(e),
+                TransactionError::Abort(()) => corrupt("transaction aborted"),
+            })?;
+        self.db.flush()?;
+        Ok(())
+    }
 }

@@ -10,8 +10,8 @@ use specgate_migrations::tenant_key;
 use crate::clock::unix_now;
 use crate::store::limits::LimitOverrides;
 use crate::store::tenants::{
-    key_grants, new_key, new_tenant, split_key, IssuedKey, KeyInfo, KeyRecord, TenantError,
-    TenantInfo, TenantRecord, TenantStore,
+    new_key, new_tenant, IssuedKey, KeyInfo, KeyRecord, TenantError, TenantInfo, TenantRecord,
+    TenantStore,
 };
 use crate::store::StoreError;
 
@@ -131,15 +131,11 @@ impl TenantStore for SledTenants {
         self.issue(name)
     }
 
-    /// The tenant a presented key belongs to, if it is a live key.
-    fn authenticate(&self, presented: &str) -> Result<Option<String>, TenantError> {
-        let Some((id, secret)) = split_key(presented) else {
-            return Ok(None);
-        };
-        let Some(bytes) = self.keys.get(id.as_bytes())? else {
-            return Ok(None);
-        };
-        Ok(key_grants(&decode(&bytes)?, secret))
+    fn key(&self, id: &str) -> Result<Option<KeyRecord>, TenantError> {
+        self.keys
+            .get(id.as_bytes())?
+            .map(|bytes| decode(&bytes))
+            .transpose()
     }
 
     /// Revoke a key; it fails from the next request on.
@@ -183,6 +179,35 @@ impl TenantStore for SledTenants {
             }
         }
         Ok(out)
+    }
+
+    fn export(&self) -> Result<Vec<(TenantRecord, Vec<KeyRecord>)>, TenantError> {
+        let mut out = Vec::new();
+        for item in self.tenants.iter() {
+            let (_, v) = item?;
+            let t: TenantRecord = decode(&v)?;
+            let mut keys = Vec::new();
+            for entry in self.by_tenant.scan_prefix(tenant_key(&t.name, "")) {
+                let (index, _) = entry?;
+                let id = String::from_utf8_lossy(&index[t.name.len() + 1..]).into_owned();
+                keys.extend(self.key(&id)?);
+            }
+            out.push((t, keys));
+        }
+        Ok(out)
+    }
+
+    fn import(&self, tenant: &TenantRecord, keys: &[KeyRecord]) -> Result<(), TenantError> {
+        self.tenants
+            .compare_and_swap(&tenant.name, None as Option<&[u8]>, Some(encode(tenant)?))?
+            .map_err(|_| TenantError::Exists(tenant.name.clone()))?;
+        for k in keys {
+            self.keys.insert(k.id.as_bytes(), encode(k)?)?;
+            self.by_tenant
+                .insert(tenant_key(&tenant.name, &k.id), &[] as &[u8])?;
+        }
+        self.db.flush()?;
+        Ok(())
     }
 }
 
