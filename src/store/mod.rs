@@ -31,8 +31,8 @@ pub mod redis;
 pub mod runtime;
 pub mod sled;
 pub mod tenants;
-#[cfg(test)]
-pub(crate) mod test_services;
+#[doc(hidden)]
+pub mod test_services;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};

@@ -27,13 +27,19 @@ impl Server {
 
     /// Start on the store under `dir` (kept when the server goes: restarts reuse it).
     pub fn start_in(dir: &std::path::Path, extra: &[&str]) -> Server {
+        let store = dir.join("store");
+        let mut args = vec!["--db", store.to_str().expect("a UTF-8 temp path")];
+        args.extend_from_slice(extra);
+        Self::start_with(&args)
+    }
+
+    /// Start with exactly these `serve` flags (the store among them).
+    pub fn start_with(extra: &[&str]) -> Server {
         let model = super::model_path();
         let mut child = Command::new(env!("CARGO_BIN_EXE_specgate"))
             .arg("serve")
             .arg("--model")
             .arg(&model)
-            .arg("--db")
-            .arg(dir.join("store"))
             .args(["--port", "0", "--admin-token", ADMIN])
             .args(extra)
             .stdout(Stdio::piped())

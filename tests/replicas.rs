@@ -1,0 +1,270 @@
+//! Two real replicas (two `specgate serve` processes) on one PostgreSQL and one Redis, over
+//! HTTP: keys, revocations, policies, limits and history are one state. Each test makes a
+//! database and a Redis prefix of its own; without the servers it says `skipped: …`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::server::Server;
+use serde_json::{json, Value};
+use specgate::store::test_services::{redis_url, TestDatabase};
+
+/// A database and a Redis prefix for one test (None: a server is missing, skipped).
+struct Shared {
+    db: TestDatabase,
+    prefix: String,
+}
+
+fn shared() -> Option<Shared> {
+    let db = TestDatabase::create()?;
+    let redis = redis_url();
+    let addr = redis.trim_start_matches("redis://").trim_end_matches('/');
+    if std::net::TcpStream::connect_timeout(
+        &addr
+            .parse()
+            .unwrap_or_else(|_| "127.0.0.1:6379".parse().unwrap()),
+        Duration::from_secs(2),
+    )
+    .is_err()
+    {
+        specgate::store::test_services::skip(&format!("no Redis at {redis}"));
+        return None;
+    }
+    Some(Shared {
+        db,
+        prefix: format!("sgtest-{:016x}", rand::random::<u64>()),
+    })
+}
+
+impl Shared {
+    fn replica(&self, extra: &[&str]) -> Server {
+        let redis = redis_url();
+        let mut args = vec![
+            "--store",
+            &self.db.url,
+            "--redis",
+            &redis,
+            "--redis-prefix",
+            &self.prefix,
+            "--history-flush-ms",
+            "200",
+        ];
+        args.extend_from_slice(extra);
+        Server::start_with(&args)
+    }
+}
+
+fn chat(s: &Server, key: &str, max_tokens: usize) -> (u16, Value) {
+    let body = json!({"model": s.model_id, "messages": [{"role": "user", "content": "Say hello."}],
+                      "max_tokens": max_tokens, "temperature": 0, "workload": "chat"});
+    s.post("/v1/chat/completions", key, &body)
+}
+
+fn only(strategy: &str, k: usize) -> Value {
+    json!({"speculation": true, "allowed": [strategy], "k_min": k, "k_max": k,
+           "explore": false, "shadow_rate": 0.0})
+}
+
+#[test]
+fn keys_revocations_policies_and_history_are_one_state_across_replicas() {
+    let Some(shared) = shared() else { return };
+    let (a, b) = (shared.replica(&[]), shared.replica(&[]));
+
+    // A key created on A serves on B.
+    let key = a.tenant("acme");
+    let (status, v) = chat(&b, &key, 4);
+    assert_eq!(status, 200, "{v}");
+
+    // A policy edit on A governs B's next request.
+    for (strategy, k) in [("ngram", 3), ("suffix", 2)] {
+        let (status, v) = a.admin(
+            "PUT",
+            "/admin/v1/policies/acme/chat",
+            Some(only(strategy, k)),
+        );
+        assert_eq!(status, 200, "{v}");
+        let (status, v) = chat(&b, &key, 6);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["usage"]["speculative"]["strategy"], strategy, "{v}");
+    }
+
+    // A key revoked on A is refused on B within 1 s.
+    let second = a.admin("POST", "/admin/v1/tenants/acme/keys", None).1;
+    let (id, second) = (
+        second["key_id"].as_str().unwrap(),
+        second["api_key"].as_str().unwrap(),
+    );
+    assert_eq!(chat(&b, second, 2).0, 200);
+    let (status, _) = a.admin("DELETE", &format!("/admin/v1/tenants/acme/keys/{id}"), None);
+    assert_eq!(status, 200);
+    let revoked = Instant::now();
+    while chat(&b, second, 2).0 != 401 {
+        assert!(
+            revoked.elapsed() < Duration::from_secs(1),
+            "B still takes the revoked key"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Requests on both replicas; analytics read on A count each exactly once.
+    let mut sent = 0u64;
+    let mut tokens = 0u64;
+    for s in [&a, &b, &a, &b, &b] {
+        let (status, v) = chat(s, &key, 5);
+        assert_eq!(status, 200, "{v}");
+        tokens += v["usage"]["completion_tokens"].as_u64().unwrap();
+        sent += 1;
+    }
+    // The requests before these, too, all on B: the first, two policy checks, the second key's.
+    let earlier = 4;
+    std::thread::sleep(Duration::from_millis(800)); // B's flush interval is 200 ms
+    let (status, rows) = common::server::request(
+        "GET",
+        &a.url("/v1/analytics/routes?tenant=acme&bucket=minute"),
+        common::server::ADMIN,
+        None,
+    );
+    assert_eq!(status, 200, "{rows}");
+    let rows = rows["data"].as_array().unwrap().clone();
+    let total = |f: &str| rows.iter().map(|r| r[f].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(total("requests"), sent + earlier, "{rows:?}");
+    assert!(total("tokens_out") >= tokens, "{rows:?}");
+}
+
+#[test]
+fn a_tenants_limits_hold_across_replicas_and_a_killed_replicas_places_come_back() {
+    let Some(shared) = shared() else { return };
+    let (a, b) = (
+        shared.replica(&["--lease-ttl-secs", "2"]),
+        shared.replica(&["--lease-ttl-secs", "2"]),
+    );
+    let key = a.tenant("busy");
+    let per_minute = 600u64;
+    let (status, v) = a.admin(
+        "PUT",
+        "/admin/v1/tenants/busy/limits",
+        Some(json!({"tokens_per_minute": per_minute, "max_concurrent_requests": 2})),
+    );
+    assert_eq!(status, 200, "{v}");
+
+    // Eight clients over both replicas, as fast as they are admitted.
+    let started = Instant::now();
+    let results: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..8)
+            .map(|i| {
+                let (s, key) = (if i % 2 == 0 { &a } else { &b }, &key);
+                scope.spawn(move || (0..6).map(|_| chat(s, key, 16)).collect::<Vec<_>>())
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let admitted: Vec<&Value> = results
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, v)| v)
+        .collect();
+    let used: u64 = admitted
+        .iter()
+        .map(|v| v["usage"]["total_tokens"].as_u64().unwrap())
+        .sum();
+    let one_request = 16 + admitted[0]["usage"]["prompt_tokens"].as_u64().unwrap();
+    // The bucket: full at the start, refilled at the rate over the run, plus one reservation.
+    let bound = per_minute + (per_minute as f64 * secs / 60.0).ceil() as u64 + one_request;
+    assert!(
+        used <= bound,
+        "{used} tokens used > {bound} ({} admitted in {secs:.1} s)",
+        admitted.len()
+    );
+    let refused: Vec<&Value> = results
+        .iter()
+        .filter(|(s, _)| *s == 429)
+        .map(|(_, v)| v)
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "8 clients on 2 replicas never hit a limit of 2 in flight / {per_minute} per minute"
+    );
+    assert_eq!(
+        admitted.len() + refused.len(),
+        results.len(),
+        "only 200s and 429s"
+    );
+
+    // Two long requests in flight on A fill the tenant's two places; A is killed under them.
+    let (status, v) = a.admin(
+        "PUT",
+        "/admin/v1/tenants/busy/limits",
+        Some(json!({"max_concurrent_requests": 2})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let base = a.base.clone();
+    let model = a.model_id.clone();
+    for _ in 0..2 {
+        let (base, key, model) = (base.clone(), key.clone(), model.clone());
+        std::thread::spawn(move || {
+            // A count goes on for its whole max_tokens (many seconds here).
+            let body = json!({"model": model, "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,",
+                              "max_tokens": 1500, "temperature": 0});
+            // Until admitted: a place may still be held by a request of the run above.
+            for _ in 0..100 {
+                let r = ureq::post(&format!("{base}/v1/completions"))
+                    .set("Authorization", &format!("Bearer {key}"))
+                    .send_json(body.clone());
+                match r {
+                    Err(ureq::Error::Status(429, _)) => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    _ => return,
+                }
+            }
+        });
+    }
+    // Both are admitted within milliseconds; B's probes must not take a place meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while chat(&b, &key, 1).0 != 429 {
+        assert!(
+            Instant::now() < deadline,
+            "A's two requests never filled the places"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    a.kill_9();
+    let killed = Instant::now();
+    loop {
+        let (status, v) = chat(&b, &key, 1);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 429, "{v}");
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "A's places never came back (lease TTL 2 s)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn redis_unreachable_falls_back_to_per_replica_limits_and_keeps_serving() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    // Nothing listens on port 9 here: Redis is down from the start.
+    let s = Server::start_with(&["--store", &db.url, "--redis", "redis://127.0.0.1:9/"]);
+    let key = s.tenant("solo");
+    let (status, v) = chat(&s, &key, 3);
+    assert_eq!(status, 200, "{v}");
+    assert!(s.metric("specgate_limiter_fallback_total") >= 1.0);
+    // The per-replica limits still hold.
+    let (status, _) = s.admin(
+        "PUT",
+        "/admin/v1/tenants/solo/limits",
+        Some(json!({"tokens_per_minute": 10})),
+    );
+    assert_eq!(status, 200);
+    let (status, v) = chat(&s, &key, 64);
+    assert_eq!(status, 400, "larger than the whole limit: {v}");
+}
