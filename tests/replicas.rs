@@ -268,3 +268,72 @@ fn redis_unreachable_falls_back_to_per_replica_limits_and_keeps_serving() {
     let (status, v) = chat(&s, &key, 64);
     assert_eq!(status, 400, "larger than the whole limit: {v}");
 }
+
+#[test]
+fn a_sled_deployment_moves_to_postgresql_with_store_copy() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut old = Server::start_in(dir.path(), &["--history-flush-ms", "200"]);
+    let key = old.tenant("mover");
+    for _ in 0..2 {
+        assert_eq!(chat(&old, &key, 4).0, 200);
+    }
+    let (status, _) = old.admin(
+        "PUT",
+        "/admin/v1/policies/mover/chat",
+        Some(only("ngram", 3)),
+    );
+    assert_eq!(status, 200);
+    old.sigterm();
+    assert!(
+        old.wait_exit(Duration::from_secs(30)).is_some(),
+        "the sled server did not stop"
+    );
+
+    let from = format!("sled:{}", dir.path().join("store").display());
+    let copy = |to: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+            .args(["store", "copy", "--from", &from, "--to", to])
+            .output()
+            .expect("running store copy")
+    };
+    let out = copy(&db.url);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("1 tenants, 1 keys") && said.contains("identical"),
+        "{said}"
+    );
+    // A second copy into the now non-empty database is refused.
+    let again = copy(&db.url);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+
+    // The same key, policy and history, served from PostgreSQL.
+    let new = Server::start_with(&["--store", &db.url]);
+    let (status, v) = chat(&new, &key, 4);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["speculative"]["strategy"], "ngram", "{v}");
+    let (status, p) = new.admin("GET", "/admin/v1/policies/mover/chat", None);
+    assert_eq!(status, 200, "{p}");
+    let (status, rows) = common::server::request(
+        "GET",
+        &new.url("/v1/analytics/routes?tenant=mover&bucket=minute"),
+        common::server::ADMIN,
+        None,
+    );
+    assert_eq!(status, 200, "{rows}");
+    let requests: u64 = rows["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(requests, 3, "two before the move, one after: {rows}");
+}

@@ -105,6 +105,13 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // The store first: a store this build cannot read should fail before the model loads.
     let stores = crate::store::Stores::connect(&cfg.store, cfg.redis.as_ref())?;
+    if matches!(cfg.store, crate::store::StoreUrl::Postgres(_)) && cfg.redis.is_none() {
+        eprintln!(
+            "specgate: no --redis: tenant limits are enforced per replica, and other replicas \
+             see key, limit and policy edits within the cache TTL (5 s); run several replicas \
+             with Redis"
+        );
+    }
     let metrics = install_metrics()?;
     let lm = LoadedModel::load(&cfg.model)?;
     let tokenizer = Arc::clone(&lm.tokenizer);

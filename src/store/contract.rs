@@ -57,6 +57,12 @@ macro_rules! store_contract_tests {
         }
 
         #[test]
+        fn a_store_copies_into_another_and_reads_back_the_same() {
+            let Some(s) = $stores else { return };
+            $crate::store::contract::a_store_copies_into_another_and_reads_back_the_same(&s);
+        }
+
+        #[test]
         fn adds_merge_reads_filter_and_old_minutes_move_into_their_hour() {
             let Some(s) = $stores else { return };
             $crate::store::contract::adds_merge_reads_filter_and_old_minutes_move_into_their_hour(&*s.history);
@@ -278,4 +284,53 @@ pub fn the_limiter_counts_requests_in_flight_and_tokens_per_tenant(l: &dyn Limit
     l.release("a", &a2, 400, 400);
     l.release("b", &b1, 400, 400);
     assert_eq!((l.active("a"), l.active("b")), (0, 0));
+}
+
+pub fn a_store_copies_into_another_and_reads_back_the_same(s: &super::Stores) {
+    let kept = s.tenants.create("kept").unwrap();
+    let gone = s.tenants.add_key("kept").unwrap();
+    s.tenants.revoke("kept", &gone.key_id).unwrap();
+    s.tenants.create("other").unwrap();
+    let limits = LimitOverrides {
+        max_concurrent_requests: Some(3),
+        tokens_per_minute: None,
+    };
+    s.tenants.set_limits("kept", limits).unwrap();
+    s.policies.seed_defaults().unwrap();
+    let class = WorkloadClass::Chat;
+    s.policies
+        .put("kept", class, default_policy(class), "ops")
+        .unwrap();
+    s.policies.delete("kept", class, "ops").unwrap();
+    let key = |at| HistoryKey::minute("kept", class, StrategyKind::Ngram, 3, at);
+    let mut rich = record(4, 40);
+    rich.accepted_per_pos = vec![4, 2, 1];
+    rich.ttft.record(0.012);
+    rich.load_share = Some(2.5);
+    rich.draft_secs = 0.125;
+    s.history
+        .add(
+            FlushId::new(),
+            &[(key(7200), rich), (key(7260), record(1, 1))],
+        )
+        .unwrap();
+
+    let copy = super::Stores::temporary().unwrap();
+    let report = super::copy::copy(s, &copy).unwrap();
+    assert_eq!((report.tenants, report.keys), (2, 3));
+    assert_eq!(report.routes, WorkloadClass::ALL.len() + 1);
+    assert_eq!(report.history_buckets, 2);
+    // What users rely on after a move: the same keys work, revoked ones do not.
+    assert_eq!(
+        copy.tenants.authenticate(&kept.api_key).unwrap().as_deref(),
+        Some("kept")
+    );
+    assert_eq!(copy.tenants.authenticate(&gone.api_key).unwrap(), None);
+    assert_eq!(copy.tenants.limits("kept").unwrap(), limits);
+    assert_eq!(copy.policies.history("kept", class).unwrap().len(), 2);
+    // A second copy into a store that is no longer empty is refused.
+    assert!(matches!(
+        super::copy::copy(s, &copy),
+        Err(super::copy::CopyError::NotEmpty(_))
+    ));
 }

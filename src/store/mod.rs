@@ -35,7 +35,7 @@ pub mod tenants;
 pub mod test_services;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use history::HistoryStore;
@@ -119,7 +119,7 @@ pub struct RedisConfig {
 
 impl Stores {
     /// Open the store at `store`, with Redis when given: the limiter and change
-    /// notifications shared by replicas. Without Redis, limits are this replica's (said once).
+    /// notifications shared by replicas. Without Redis, limits are this replica's.
     pub fn connect(store: &StoreUrl, redis: Option<&RedisConfig>) -> Result<Stores, StoreError> {
         let shared = redis
             .map(|r| Ok::<_, StoreError>(Arc::new(self::redis::Redis::new(&r.url, &r.prefix)?)))
@@ -157,20 +157,8 @@ impl Stores {
                 }
             }
         };
-        match (redis, shared) {
-            (Some(config), Some(r)) => {
-                stores.limiter = self::redis::RedisLimiter::start(r, config.lease_ttl)?;
-            }
-            _ if matches!(store, StoreUrl::Postgres(_)) => {
-                static SAID: Once = Once::new();
-                SAID.call_once(|| {
-                    eprintln!(
-                        "specgate: no --redis: tenant limits are enforced per replica, and other \
-                         replicas see edits within the cache TTL; run several replicas with Redis"
-                    )
-                });
-            }
-            _ => {}
+        if let (Some(config), Some(r)) = (redis, shared) {
+            stores.limiter = self::redis::RedisLimiter::start(r, config.lease_ttl)?;
         }
         Ok(stores)
     }

@@ -100,10 +100,15 @@ pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
             matches!(class, "08" | "40" | "53" | "57") || code == &SqlState::LOCK_NOT_AVAILABLE
         }
     };
+    // The server's own message says what went wrong; the error's Display only "db error".
+    let said = match e.as_db_error() {
+        Some(db) => format!("PostgreSQL: {} ({})", db.message(), db.code().code()),
+        None => format!("PostgreSQL: {e}"),
+    };
     if transient {
-        StoreError::Unavailable(format!("PostgreSQL: {e}"))
+        StoreError::Unavailable(said)
     } else {
-        StoreError::Corrupt(format!("PostgreSQL: {e}"))
+        StoreError::Corrupt(said)
     }
 }
 

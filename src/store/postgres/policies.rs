@@ -248,7 +248,7 @@ impl PolicyStore for PgPolicies {
         self.pg.run(move |client| async move {
             let rows = client
                 .query(
-                    "SELECT DISTINCT tenant, class FROM policy_history
+                    "SELECT tenant, class FROM policy_history GROUP BY tenant, class
                      ORDER BY tenant COLLATE \"C\", class",
                     &[],
                 )
