@@ -74,6 +74,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// What the store costs: key lookups cold and warm, admissions, history flush throughput
+    /// with several writers at once.
+    Store(crate::cli::store::BenchStoreArgs),
     /// Plain decode speed beside candle's quantized_llama, and the cost of verifying n tokens.
     Decode {
         #[arg(long)]
@@ -327,6 +330,9 @@ fn run() -> Result<()> {
         }
         Command::Policy { which } => crate::cli::gateway::run_policy(which),
         Command::Store { which } => crate::cli::store::run(which),
+        Command::Bench {
+            which: BenchCommand::Store(args),
+        } => crate::cli::store::run_bench(args),
         Command::Loadgen(args) => crate::cli::gateway::run_loadgen(args),
         Command::Soak(args) => crate::cli::gateway::run_soak(args),
         Command::TrainHeads(args) => {

@@ -224,8 +224,10 @@ pub fn run_policy(which: PolicyCommand) -> Result<()> {
 
 #[derive(Args)]
 pub struct SoakArgs {
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    url: String,
+    /// A replica's base URL; repeat it for several replicas on one shared store (clients
+    /// are spread over them).
+    #[arg(long = "url", default_value = "http://127.0.0.1:8080")]
+    urls: Vec<String>,
     /// The admin token (also SPECGATE_ADMIN_TOKEN): the soak creates its own tenants and
     /// reads /metrics and the history.
     #[arg(long, env = "SPECGATE_ADMIN_TOKEN", hide_env_values = true)]
@@ -247,7 +249,11 @@ pub struct SoakArgs {
 
 pub fn run_soak(args: SoakArgs) -> Result<()> {
     let cfg = specgate::tools::soak::SoakConfig {
-        url: args.url.trim_end_matches('/').to_string(),
+        urls: args
+            .urls
+            .iter()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .collect(),
         admin_token: args.admin_token,
         clients: args.clients.max(1),
         duration: std::time::Duration::from_secs_f64(args.minutes.max(0.0) * 60.0),

@@ -82,3 +82,33 @@ pub fn run(which: StoreCommand) -> Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args)]
+pub struct BenchStoreArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Writers flushing history at once (one per replica).
+    #[arg(long, default_value_t = 2)]
+    writers: usize,
+    #[arg(long, default_value_t = 50)]
+    flushes: usize,
+    #[arg(long, default_value_t = 200)]
+    buckets: usize,
+    /// Warm authentications (and admissions) timed.
+    #[arg(long, default_value_t = 20_000)]
+    lookups: usize,
+}
+
+pub fn run_bench(args: BenchStoreArgs) -> Result<()> {
+    let cfg = specgate::tools::bench_store::BenchStoreConfig {
+        store: args.store.store.clone(),
+        redis: args.store.redis(),
+        writers: args.writers,
+        flushes: args.flushes,
+        buckets_per_flush: args.buckets,
+        lookups: args.lookups,
+    };
+    let report = specgate::tools::bench_store::bench_store(&cfg)?;
+    println!("{}", report.markdown());
+    Ok(())
+}

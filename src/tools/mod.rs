@@ -4,6 +4,7 @@
 pub mod bench_decode;
 pub mod bench_policy;
 pub mod bench_spec;
+pub mod bench_store;
 pub mod loadgen;
 pub mod loadgen_report;
 pub mod policy_files;

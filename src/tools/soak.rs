@@ -28,7 +28,9 @@ pub enum SoakError {
 
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
-    pub url: String,
+    /// The replicas' base URLs (one or more, on one shared store): clients are spread over
+    /// them, metrics are summed over them, history is read from the first.
+    pub urls: Vec<String>,
     pub admin_token: String,
     pub clients: usize,
     pub duration: Duration,
@@ -144,31 +146,42 @@ impl SoakReport {
     }
 }
 
-fn admin_get(cfg: &SoakConfig, path: &str) -> Result<ureq::Response, SoakError> {
-    ureq::get(&format!("{}{path}", cfg.url))
+fn admin_get(cfg: &SoakConfig, url: &str, path: &str) -> Result<ureq::Response, SoakError> {
+    ureq::get(&format!("{url}{path}"))
         .set("Authorization", &format!("Bearer {}", cfg.admin_token))
         .call()
         .map_err(|e| SoakError::Http(format!("GET {path}: {e}")))
 }
 
-/// A gauge from /metrics, summed over its label sets.
+/// A gauge from /metrics, summed over its label sets and over the replicas.
 fn metric(cfg: &SoakConfig, name: &str) -> Result<f64, SoakError> {
-    let text = admin_get(cfg, "/metrics")?
-        .into_string()
-        .map_err(|e| SoakError::Http(e.to_string()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(n, _)| *n == name || n.starts_with(&format!("{name}{{")))
-        .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
-        .sum())
+    let mut total = 0.0;
+    for url in &cfg.urls {
+        let text = admin_get(cfg, url, "/metrics")?
+            .into_string()
+            .map_err(|e| SoakError::Http(e.to_string()))?;
+        total += text
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(n, _)| *n == name || n.starts_with(&format!("{name}{{")))
+            .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(total)
+}
+
+/// The first replica (tenants are created and history read there).
+fn primary(cfg: &SoakConfig) -> &str {
+    cfg.urls.first().map_or("", String::as_str)
 }
 
 fn create_tenant(cfg: &SoakConfig, name: &str) -> Result<String, SoakError> {
-    crate::tools::loadgen::create_tenant(&cfg.url, &cfg.admin_token, name).map_err(|e| match e {
-        crate::tools::loadgen::LoadgenError::Http(m) => SoakError::Http(m),
-        other => SoakError::Protocol(other.to_string()),
-    })
+    crate::tools::loadgen::create_tenant(primary(cfg), &cfg.admin_token, name).map_err(
+        |e| match e {
+            crate::tools::loadgen::LoadgenError::Http(m) => SoakError::Http(m),
+            other => SoakError::Protocol(other.to_string()),
+        },
+    )
 }
 
 /// One client thread's tally.
@@ -231,7 +244,7 @@ pub fn soak(cfg: &SoakConfig) -> Result<SoakReport, SoakError> {
         .map(|i| create_tenant(cfg, &format!("soak-{run}-{i}")))
         .collect::<Result<_, _>>()?;
     let cancel_key = create_tenant(cfg, &format!("soak-{run}-cancel"))?;
-    let model = crate::tools::soak_client::model_id(&cfg.url, &tenants[0])?;
+    let model = crate::tools::soak_client::model_id(primary(cfg), &tenants[0])?;
     let rss_before = metric(cfg, "specgate_process_resident_memory_bytes")?;
     let started = Instant::now();
     let deadline = started + cfg.duration;
@@ -239,7 +252,7 @@ pub fn soak(cfg: &SoakConfig) -> Result<SoakReport, SoakError> {
         let handles: Vec<_> = (0..cfg.clients)
             .map(|i| {
                 let client = Client {
-                    url: cfg.url.clone(),
+                    url: cfg.urls[i % cfg.urls.len().max(1)].clone(),
                     model: model.clone(),
                     key: tenants[i % tenants.len()].clone(),
                     cancel_key: cancel_key.clone(),
@@ -266,6 +279,11 @@ pub fn soak(cfg: &SoakConfig) -> Result<SoakReport, SoakError> {
     report.e2e_p50_ms = percentile(&mut all.e2e, 0.5);
     report.e2e_p95_ms = percentile(&mut all.e2e, 0.95);
     settle(cfg, &mut report)?;
+    if cfg.urls.len() > 1 {
+        // Reading the history flushes the first replica's writer; the others flush on
+        // their own interval.
+        std::thread::sleep(Duration::from_secs(3));
+    }
     report.rss_before_mib = rss_before / (1 << 20) as f64;
     report.rss_after_mib =
         metric(cfg, "specgate_process_resident_memory_bytes")? / (1 << 20) as f64;
@@ -308,7 +326,7 @@ fn settle(cfg: &SoakConfig, report: &mut SoakReport) -> Result<(), SoakError> {
 /// Requests and tokens out in the store's history for tenants named `prefix…` (excluding the
 /// cancellation tenant).
 fn history_totals(cfg: &SoakConfig, prefix: &str) -> Result<(u64, u64), SoakError> {
-    let v: Value = admin_get(cfg, "/v1/analytics/routes?bucket=minute")?
+    let v: Value = admin_get(cfg, primary(cfg), "/v1/analytics/routes?bucket=minute")?
         .into_json()
         .map_err(|e| SoakError::Protocol(e.to_string()))?;
     let rows = v["data"]

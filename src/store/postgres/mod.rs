@@ -152,6 +152,44 @@ mod tests {
         );
     }
 
+    #[test]
+    fn migrations_apply_once_and_a_database_from_a_newer_build_is_refused() {
+        let Some(db) = crate::store::test_services::TestDatabase::create() else {
+            return;
+        };
+        let pg = Pg::connect(&db.url).unwrap();
+        assert_eq!(pg.migrate().unwrap(), vec![1]);
+        assert_eq!(
+            pg.migrate().unwrap(),
+            Vec::<i32>::new(),
+            "nothing left to apply"
+        );
+        pg.run(|client| async move {
+            client
+                .execute(
+                    "INSERT INTO specgate_schema (version, name) VALUES (99, 'future')",
+                    &[],
+                )
+                .await
+                .map_err(db_error)
+        })
+        .unwrap();
+        let url = crate::store::StoreUrl::Postgres(db.url.clone());
+        let refused = crate::store::Stores::connect(&url, None).err().unwrap();
+        assert!(matches!(refused, StoreError::Schema(_)), "{refused}");
+        assert!(refused.to_string().contains("newer"), "{refused}");
+    }
+
+    #[test]
+    fn a_database_that_is_not_there_is_unavailable_not_a_hang() {
+        // Nothing listens on port 9.
+        let pg = Pg::connect("postgres://root@127.0.0.1:9/none").unwrap();
+        let started = std::time::Instant::now();
+        let err = pg.migrate().unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(started.elapsed() < CALL_TIMEOUT + Duration::from_secs(1));
+    }
+
     // The suite every store passes, each test on a database of its own (dropped after).
     crate::store::contract::store_contract_tests!(crate::store::test_services::postgres_stores());
 }
