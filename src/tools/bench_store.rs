@@ -143,8 +143,12 @@ fn flush_throughput(
             (key, record)
         })
         .collect();
+    // A replica each on a shared store; one process holds a sled file, so its writers share.
     let writers: Vec<Stores> = (0..cfg.writers.max(1))
-        .map(|_| Stores::connect(&cfg.store, None))
+        .map(|_| match cfg.store {
+            StoreUrl::Sled(_) => Ok(stores.clone()),
+            StoreUrl::Postgres(_) => Stores::connect(&cfg.store, None),
+        })
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
     let times: Vec<Result<Vec<f64>, StoreError>> = std::thread::scope(|scope| {
