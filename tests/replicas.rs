@@ -236,18 +236,22 @@ fn a_tenants_limits_hold_across_replicas_and_a_killed_replicas_places_come_back(
     // Both are admitted within milliseconds; B's probes must not take a place meanwhile.
     std::thread::sleep(Duration::from_secs(2));
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut answered = admitted.len() as u64; // requests the tenant was answered
     while chat(&b, &key, 1).0 != 429 {
+        answered += 1;
         assert!(
             Instant::now() < deadline,
             "A's two requests never filled the places"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A's answered requests all ended seconds ago, more than its 200 ms flush interval.
     a.kill_9();
     let killed = Instant::now();
     loop {
         let (status, v) = chat(&b, &key, 1);
         if status == 200 {
+            answered += 1;
             break;
         }
         assert_eq!(status, 429, "{v}");
@@ -257,6 +261,22 @@ fn a_tenants_limits_hold_across_replicas_and_a_killed_replicas_places_come_back(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The history lost nothing A had flushed, and the two requests killed on A, never
+    // answered, are not in it.
+    let (status, v) = common::server::request(
+        "GET",
+        &b.url("/v1/analytics/routes?tenant=busy&bucket=minute"),
+        common::server::ADMIN,
+        None,
+    );
+    assert_eq!(status, 200, "{v}");
+    let recorded: u64 = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(recorded, answered, "{v}");
 }
 
 #[test]
