@@ -8,6 +8,7 @@ mod policies;
 mod tenants;
 
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -49,6 +50,9 @@ pub struct TtlCache<K, V> {
     map: DashMap<K, Entry<V>>,
     config: CacheConfig,
     name: &'static str,
+    /// Bumped by every invalidation: a value read before one is not kept after it (it may
+    /// predate the change the invalidation announced).
+    generation: AtomicU64,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
@@ -57,7 +61,33 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
             map: DashMap::new(),
             config,
             name,
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// The generation a fetch starts under; pass it to [`TtlCache::keep`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Keep `value` read under `generation`, unless an invalidation came since.
+    pub fn keep(&self, key: K, value: V, generation: u64) {
+        if self.generation() == generation {
+            self.put(key, value);
+        }
+    }
+
+    /// An expired entry's value, claimed for refreshing: the caller answers with it and
+    /// refreshes it in the background; others keep getting it until then (one refresh per
+    /// entry per TTL). None when the entry is fresh or absent.
+    pub fn claim_stale(&self, key: &K) -> Option<V> {
+        let now = Instant::now();
+        let mut e = self.map.get_mut(key)?;
+        if now < e.refresh_at || now.duration_since(e.fetched) >= self.config.max_stale {
+            return None;
+        }
+        e.refresh_at = now + self.config.ttl;
+        Some(e.value.clone())
     }
 
     /// The cached value of `key`, or `fetch`'s (kept). A fetch that fails as
@@ -76,9 +106,10 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
             }
         }
         metrics::counter!("specgate_cache_misses_total", "cache" => self.name).increment(1);
+        let generation = self.generation();
         match fetch() {
             Ok(value) => {
-                self.put(key.clone(), value.clone());
+                self.keep(key.clone(), value.clone(), generation);
                 Ok(value)
             }
             Err(err) if unavailable(&err) => match self.map.get_mut(key) {
@@ -114,10 +145,12 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     }
 
     pub fn invalidate(&self, key: &K) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
         self.map.remove(key);
     }
 
     pub fn clear(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
         self.map.clear();
     }
 
@@ -176,6 +209,36 @@ mod tests {
             c.get(&1, || Ok::<_, StoreError>(11), transient).unwrap(),
             11
         );
+    }
+
+    #[test]
+    fn a_value_read_before_an_invalidation_is_not_kept_after_it() {
+        let c = cache(10_000, 10);
+        // The fetch races a change another replica announces while it is on the wire.
+        let v = c
+            .get(
+                &1,
+                || {
+                    c.invalidate(&1);
+                    Ok::<_, StoreError>(10)
+                },
+                transient,
+            )
+            .unwrap();
+        assert_eq!(v, 10, "the caller still gets its answer");
+        assert!(c.is_empty(), "but the cache does not keep it");
+    }
+
+    #[test]
+    fn an_expired_entry_is_claimed_for_refresh_once_and_still_answers() {
+        let c = cache(20, 10);
+        c.get(&1, || Ok::<_, StoreError>(10), transient).unwrap();
+        assert_eq!(c.claim_stale(&1), None, "fresh");
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(c.claim_stale(&1), Some(10));
+        assert_eq!(c.claim_stale(&1), None, "claimed: one refresh at a time");
+        assert_eq!(c.get(&1, down, transient).unwrap(), 10, "answers meanwhile");
+        assert_eq!(c.claim_stale(&2), None, "absent");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use specgate_policies::{RoutePolicy, WorkloadClass};
 use super::{transient, CacheConfig, TtlCache};
 use crate::store::changes::{Change, Notifier};
 use crate::store::policies::{PolicyStoreError, PolicyVersion, StoredPolicy};
+use crate::store::runtime;
 use crate::store::PolicyStore;
 
 type Route = (String, String);
@@ -51,6 +52,22 @@ impl CachedPolicies {
         }
     }
 
+    /// Read `key` again off the caller's thread (a failure leaves the stale entry, claimed
+    /// again after another TTL).
+    fn refresh(&self, key: Route, class: WorkloadClass) {
+        let (inner, cache) = (Arc::clone(&self.inner), Arc::clone(&self.current));
+        let generation = cache.generation();
+        let read = move || {
+            if let Ok(fresh) = inner.get(&key.0, class) {
+                cache.keep(key, fresh, generation);
+            }
+        };
+        match runtime::runtime() {
+            Ok(rt) => drop(rt.spawn_blocking(read)),
+            Err(_) => read(),
+        }
+    }
+
     fn changed(&self, tenant: &str, class: WorkloadClass) {
         self.current.invalidate(&route(tenant, class));
         self.notifier.publish(&Change::Policy {
@@ -61,16 +78,21 @@ impl CachedPolicies {
 }
 
 impl PolicyStore for CachedPolicies {
+    /// An expired entry answers at once and is refreshed in the background, so the planner
+    /// (which reads a route's policy for every request on its own thread) waits for a round
+    /// trip only on a route's first request or after a change dropped the entry.
     fn get(
         &self,
         tenant: &str,
         class: WorkloadClass,
     ) -> Result<Option<StoredPolicy>, PolicyStoreError> {
-        self.current.get(
-            &route(tenant, class),
-            || self.inner.get(tenant, class),
-            outage,
-        )
+        let key = route(tenant, class);
+        if let Some(stale) = self.current.claim_stale(&key) {
+            self.refresh(key, class);
+            return Ok(stale);
+        }
+        self.current
+            .get(&key, || self.inner.get(tenant, class), outage)
     }
 
     fn put(
