@@ -9,9 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod cli;
 use serde_json::json;
-use specgate::drafting::registry::{
-    self, BuildDrafter, DrafterConfig, Needs, StrategyKind, SUFFIX_MAX_DEPTH,
-};
+use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
 use specgate::engine::generate::{generate, GenerateParams};
 use specgate::model::chat_template::ChatMessage;
 use specgate::model::fetch::{default_model_path, ensure_default_model};
@@ -68,87 +66,8 @@ enum Command {
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
-        which: BenchCommand,
+        which: crate::cli::bench::BenchCommand,
     },
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// What the store costs: key lookups cold and warm, admissions, history flush throughput
-    /// with several writers at once.
-    Store(crate::cli::store::BenchStoreArgs),
-    /// Plain decode speed beside candle's quantized_llama, and the cost of verifying n tokens.
-    Decode {
-        #[arg(long)]
-        model: Option<PathBuf>,
-        #[arg(long, default_value_t = 5)]
-        runs: usize,
-        #[arg(long, default_value_t = 64)]
-        tokens: usize,
-        /// Also write the report as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// Every prompt set x strategy x k against plain decoding, interleaved.
-    Spec {
-        #[arg(long)]
-        model: Option<PathBuf>,
-        /// Folder with code_edit.jsonl, rag.jsonl, creative.jsonl.
-        #[arg(long, default_value = "tests/fixtures/prompts")]
-        prompts: PathBuf,
-        /// Comma-separated strategies (default: every registered one but plain that the
-        /// arguments can build: draft with --draft-model, the Medusa ones where heads exist).
-        #[arg(long, value_delimiter = ',')]
-        strategies: Vec<StrategyKind>,
-        /// k values: numbers, and `auto` (adaptive up to 8) or `autoN`.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8,auto")]
-        k: Vec<specgate::tools::bench_spec::KChoice>,
-        #[arg(long, default_value_t = 10)]
-        prompts_per_set: usize,
-        #[arg(long, default_value_t = 64)]
-        max_tokens: usize,
-        #[arg(long)]
-        draft_model: Option<PathBuf>,
-        /// Medusa heads' directory for the medusa strategies (default: the shipped heads).
-        #[arg(long)]
-        medusa_heads: Option<PathBuf>,
-        /// Answer corpus for the suffix strategies (default: the shipped one for the model).
-        #[arg(long)]
-        corpus: Option<PathBuf>,
-        /// Suffix drafting without the answer corpus.
-        #[arg(long)]
-        no_corpus: bool,
-        #[arg(long, default_value_t = specgate::drafting::registry::DEFAULT_EXIT_LAYER)]
-        exit_layer: usize,
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Price verify rows at this share of a plain pass instead of measuring it (0: as if
-        /// rows were free, as on an idle GPU; Medusa trees then take their whole budget).
-        #[arg(long, value_parser = row_cost_arg)]
-        row_cost: Option<f32>,
-        /// Comma-separated prompt sets to run (default: all of them).
-        #[arg(long, value_delimiter = ',', value_parser = set_arg)]
-        sets: Vec<String>,
-        /// Runs of every set, each with fresh drafters and suffix caches; speed-ups are
-        /// medians over prompts and over repeats.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        repeats: u32,
-        /// Where spec.md and spec.csv go (git-ignored).
-        #[arg(long, default_value = "results")]
-        out: PathBuf,
-    },
-}
-
-fn set_arg(s: &str) -> Result<String, String> {
-    let known = specgate::tools::prompts::SET_NAMES;
-    if known.contains(&s) {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "unknown prompt set {s:?} (known: {})",
-            known.join(", ")
-        ))
-    }
 }
 
 #[derive(Args)]
@@ -212,7 +131,7 @@ struct GenerateArgs {
 }
 
 /// A verify row's price: a finite share of a plain pass, 0 or more.
-fn row_cost_arg(s: &str) -> Result<f32, String> {
+pub(crate) fn row_cost_arg(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!(
@@ -222,7 +141,7 @@ fn row_cost_arg(s: &str) -> Result<f32, String> {
 }
 
 /// The model to use: the given path, or the default one, fetched on first use.
-fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
+pub(crate) fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
     match model {
         Some(p) if p.exists() => Ok(p),
         Some(p) => bail!("model file {} does not exist", p.display()),
@@ -330,9 +249,7 @@ fn run() -> Result<()> {
         }
         Command::Policy { which } => crate::cli::gateway::run_policy(which),
         Command::Store { which } => crate::cli::store::run(which),
-        Command::Bench {
-            which: BenchCommand::Store(args),
-        } => crate::cli::store::run_bench(args),
+        Command::Bench { which } => crate::cli::bench::run(which),
         Command::Loadgen(args) => crate::cli::gateway::run_loadgen(args),
         Command::Soak(args) => crate::cli::gateway::run_soak(args),
         Command::TrainHeads(args) => {
@@ -349,93 +266,6 @@ fn run() -> Result<()> {
             let dest = dest.unwrap_or_else(default_model_path);
             let path = ensure_default_model(&dest, &mut std::io::stderr())?;
             println!("{}", path.display());
-            Ok(())
-        }
-        Command::Bench {
-            which:
-                BenchCommand::Decode {
-                    model,
-                    runs,
-                    tokens,
-                    json,
-                },
-        } => {
-            let path = resolve_model(model)?;
-            let report = specgate::tools::bench_decode::bench_decode(
-                &path,
-                runs,
-                tokens,
-                &mut std::io::stdout(),
-            )?;
-            if let Some(p) = json {
-                std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
-            }
-            Ok(())
-        }
-        Command::Bench {
-            which:
-                BenchCommand::Spec {
-                    model,
-                    prompts,
-                    mut strategies,
-                    k,
-                    prompts_per_set,
-                    max_tokens,
-                    draft_model,
-                    medusa_heads,
-                    corpus,
-                    no_corpus,
-                    exit_layer,
-                    temperature,
-                    row_cost,
-                    sets,
-                    repeats,
-                    out,
-                },
-        } => {
-            let model = resolve_model(model)?;
-            if strategies.is_empty() {
-                // Every registered strategy whose needs these arguments meet (plain is the
-                // baseline every one is measured against).
-                let heads = medusa_heads
-                    .clone()
-                    .unwrap_or_else(|| specgate::heads::bundle::default_dir(&model));
-                let has = |needs| match needs {
-                    Needs::Nothing | Needs::EarlyExitLayers => true,
-                    Needs::DraftModel => draft_model.is_some(),
-                    Needs::MedusaHeads => heads.join("heads.json").exists(),
-                };
-                strategies = registry::REGISTRY
-                    .iter()
-                    .filter(|r| r.kind != StrategyKind::Plain && has(r.needs))
-                    .map(|r| r.kind)
-                    .collect();
-            }
-            let cfg = specgate::tools::bench_spec::SpecBenchConfig {
-                model,
-                prompt_dir: prompts,
-                strategies,
-                ks: k,
-                prompts_per_set,
-                max_tokens,
-                draft_model,
-                medusa_heads,
-                corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
-                    corpus, no_corpus,
-                ),
-                exit_layer,
-                sampling: SamplingParams {
-                    temperature,
-                    ..SamplingParams::greedy()
-                },
-                row_cost,
-                sets,
-                repeats: repeats as usize,
-            };
-            let rows = specgate::tools::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
-            println!("{}", specgate::tools::bench_spec::markdown(&rows));
-            specgate::tools::bench_spec::write_results(&out, &rows)?;
-            eprintln!("wrote {}/spec.md and spec.csv", out.display());
             Ok(())
         }
     }

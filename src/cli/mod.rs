@@ -1,5 +1,6 @@
 //! The command line's arguments, one module per family of commands; `main.rs` dispatches.
 
+pub mod bench;
 pub mod build_corpus;
 pub mod calibrate_heads;
 pub mod gateway;

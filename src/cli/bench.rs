@@ -1,0 +1,177 @@
+//! `specgate bench …`: decode speed, speculative strategies over the prompt sets, and the
+//! store's costs.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Subcommand;
+use specgate::drafting::registry::{self, Needs, StrategyKind};
+use specgate::SamplingParams;
+
+use crate::{resolve_model, row_cost_arg};
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// What the store costs: key lookups cold and warm, admissions, history flush throughput
+    /// with several writers at once.
+    Store(crate::cli::store::BenchStoreArgs),
+    /// Plain decode speed beside candle's quantized_llama, and the cost of verifying n tokens.
+    Decode {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Every prompt set x strategy x k against plain decoding, interleaved.
+    Spec {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Folder with code_edit.jsonl, rag.jsonl, creative.jsonl.
+        #[arg(long, default_value = "tests/fixtures/prompts")]
+        prompts: PathBuf,
+        /// Comma-separated strategies (default: every registered one but plain that the
+        /// arguments can build: draft with --draft-model, the Medusa ones where heads exist).
+        #[arg(long, value_delimiter = ',')]
+        strategies: Vec<StrategyKind>,
+        /// k values: numbers, and `auto` (adaptive up to 8) or `autoN`.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8,auto")]
+        k: Vec<specgate::tools::bench_spec::KChoice>,
+        #[arg(long, default_value_t = 10)]
+        prompts_per_set: usize,
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        #[arg(long)]
+        draft_model: Option<PathBuf>,
+        /// Medusa heads' directory for the medusa strategies (default: the shipped heads).
+        #[arg(long)]
+        medusa_heads: Option<PathBuf>,
+        /// Answer corpus for the suffix strategies (default: the shipped one for the model).
+        #[arg(long)]
+        corpus: Option<PathBuf>,
+        /// Suffix drafting without the answer corpus.
+        #[arg(long)]
+        no_corpus: bool,
+        #[arg(long, default_value_t = specgate::drafting::registry::DEFAULT_EXIT_LAYER)]
+        exit_layer: usize,
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Price verify rows at this share of a plain pass instead of measuring it (0: as if
+        /// rows were free, as on an idle GPU; Medusa trees then take their whole budget).
+        #[arg(long, value_parser = row_cost_arg)]
+        row_cost: Option<f32>,
+        /// Comma-separated prompt sets to run (default: all of them).
+        #[arg(long, value_delimiter = ',', value_parser = set_arg)]
+        sets: Vec<String>,
+        /// Runs of every set, each with fresh drafters and suffix caches; speed-ups are
+        /// medians over prompts and over repeats.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeats: u32,
+        /// Where spec.md and spec.csv go (git-ignored).
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
+}
+
+fn set_arg(s: &str) -> Result<String, String> {
+    let known = specgate::tools::prompts::SET_NAMES;
+    if known.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "unknown prompt set {s:?} (known: {})",
+            known.join(", ")
+        ))
+    }
+}
+
+pub fn run(which: BenchCommand) -> Result<()> {
+    match which {
+        BenchCommand::Store(args) => crate::cli::store::run_bench(args),
+        BenchCommand::Decode {
+            model,
+            runs,
+            tokens,
+            json,
+        } => {
+            let path = resolve_model(model)?;
+            let report = specgate::tools::bench_decode::bench_decode(
+                &path,
+                runs,
+                tokens,
+                &mut std::io::stdout(),
+            )?;
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
+            }
+            Ok(())
+        }
+        BenchCommand::Spec {
+            model,
+            prompts,
+            mut strategies,
+            k,
+            prompts_per_set,
+            max_tokens,
+            draft_model,
+            medusa_heads,
+            corpus,
+            no_corpus,
+            exit_layer,
+            temperature,
+            row_cost,
+            sets,
+            repeats,
+            out,
+        } => {
+            let model = resolve_model(model)?;
+            if strategies.is_empty() {
+                // Every registered strategy whose needs these arguments meet (plain is the
+                // baseline every one is measured against).
+                let heads = medusa_heads
+                    .clone()
+                    .unwrap_or_else(|| specgate::heads::bundle::default_dir(&model));
+                let has = |needs| match needs {
+                    Needs::Nothing | Needs::EarlyExitLayers => true,
+                    Needs::DraftModel => draft_model.is_some(),
+                    Needs::MedusaHeads => heads.join("heads.json").exists(),
+                };
+                strategies = registry::REGISTRY
+                    .iter()
+                    .filter(|r| r.kind != StrategyKind::Plain && has(r.needs))
+                    .map(|r| r.kind)
+                    .collect();
+            }
+            let cfg = specgate::tools::bench_spec::SpecBenchConfig {
+                model,
+                prompt_dir: prompts,
+                strategies,
+                ks: k,
+                prompts_per_set,
+                max_tokens,
+                draft_model,
+                medusa_heads,
+                corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
+                    corpus, no_corpus,
+                ),
+                exit_layer,
+                sampling: SamplingParams {
+                    temperature,
+                    ..SamplingParams::greedy()
+                },
+                row_cost,
+                sets,
+                repeats: repeats as usize,
+            };
+            let rows = specgate::tools::bench_spec::bench_spec(&cfg, &mut std::io::stderr())?;
+            println!("{}", specgate::tools::bench_spec::markdown(&rows));
+            specgate::tools::bench_spec::write_results(&out, &rows)?;
+            eprintln!("wrote {}/spec.md and spec.csv", out.display());
+            Ok(())
+        }
+    }
+}
