@@ -23,25 +23,20 @@ const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 /// while Redis is down, and the connection manager reconnects after it returns).
 pub struct Redis {
     client: redis::Client,
-    url: String,
     pub prefix: String,
     conn: OnceCell<ConnectionManager>,
 }
 
 impl Redis {
     pub fn new(url: &str, prefix: &str) -> Result<Redis, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Open(format!("Redis at {url}: {e}")))?;
+        let client = redis::Client::open(url).map_err(|e| {
+            StoreError::Open(format!("Redis at {}: {e}", super::postgres::redact(url)))
+        })?;
         Ok(Redis {
             client,
-            url: url.to_string(),
             prefix: prefix.to_string(),
             conn: OnceCell::new(),
         })
-    }
-
-    pub fn url(&self) -> &str {
-        &self.url
     }
 
     /// A handle on the shared connection (cheap to clone).
