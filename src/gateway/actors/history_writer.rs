@@ -6,7 +6,7 @@
 //! their own batch, bounded by [`MAX_PENDING_BUCKETS`]. Minute buckets older than the window
 //! are rolled up into hours.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,14 +19,17 @@ use crate::store::{HistoryStore, StoreError};
 /// The most buckets kept in memory while the store is down; records for a new bucket past
 /// it are dropped and counted (`specgate_history_dropped_total`).
 pub const MAX_PENDING_BUCKETS: usize = 50_000;
+/// The most buckets in one store call: a backlog after an outage goes in flushes of this
+/// size, each with its own id, so no single call outgrows the store's call timeout.
+pub const MAX_FLUSH_BUCKETS: usize = 1000;
 /// The longest wait between tries while the store is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct HistoryWriter {
     store: Arc<dyn HistoryStore>,
     pending: BTreeMap<HistoryKey, HistoryRecord>,
-    /// A batch the store has not acknowledged, with the id it was first sent under.
-    unsent: Option<(FlushId, Vec<(HistoryKey, HistoryRecord)>)>,
+    /// Batches the store has not acknowledged, each with the id it was first sent under.
+    unsent: VecDeque<(FlushId, Vec<(HistoryKey, HistoryRecord)>)>,
     flush_every: Duration,
     minute_window: Duration,
     last_rollup: u64,
@@ -43,7 +46,7 @@ impl HistoryWriter {
         Self {
             store,
             pending: BTreeMap::new(),
-            unsent: None,
+            unsent: VecDeque::new(),
             flush_every,
             minute_window,
             last_rollup: 0,
@@ -53,25 +56,31 @@ impl HistoryWriter {
     }
 
     fn add(&mut self, key: HistoryKey, record: &HistoryRecord) {
-        let held = self.pending.len() + self.unsent.as_ref().map_or(0, |(_, b)| b.len());
-        if held >= MAX_PENDING_BUCKETS && !self.pending.contains_key(&key) {
+        if self.held() >= MAX_PENDING_BUCKETS && !self.pending.contains_key(&key) {
             metrics::counter!("specgate_history_dropped_total").increment(1);
             return;
         }
         self.pending.entry(key).or_default().merge(record);
     }
 
-    /// Send the unacknowledged batch (under its first id), then what is pending (under a new
-    /// one); on failure both stay for the next flush.
+    /// Buckets held in memory, sent or not.
+    fn held(&self) -> usize {
+        self.pending.len() + self.unsent.iter().map(|(_, b)| b.len()).sum::<usize>()
+    }
+
+    /// Send the unacknowledged batches (each under its first id), then what is pending (in
+    /// batches under new ids); on failure the rest stay for the next flush.
     fn flush(&mut self) -> Result<(), StoreError> {
-        if self.unsent.is_none() && !self.pending.is_empty() {
-            let batch: Vec<_> = std::mem::take(&mut self.pending).into_iter().collect();
-            self.unsent = Some((FlushId::new(), batch));
+        if self.unsent.is_empty() && !self.pending.is_empty() {
+            let all: Vec<_> = std::mem::take(&mut self.pending).into_iter().collect();
+            for chunk in all.chunks(MAX_FLUSH_BUCKETS) {
+                self.unsent.push_back((FlushId::new(), chunk.to_vec()));
+            }
         }
-        if let Some((id, batch)) = &self.unsent {
+        while let Some((id, batch)) = self.unsent.front() {
             self.store.add(*id, batch)?;
-            self.unsent = None;
-            if !self.pending.is_empty() {
+            self.unsent.pop_front();
+            if self.unsent.is_empty() && !self.pending.is_empty() {
                 return self.flush();
             }
         }
@@ -105,8 +114,7 @@ impl HistoryWriter {
                 metrics::counter!("specgate_history_write_failures_total").increment(1);
             }
         }
-        let held = self.pending.len() + self.unsent.as_ref().map_or(0, |(_, b)| b.len());
-        metrics::gauge!("specgate_history_pending_buckets").set(held as f64);
+        metrics::gauge!("specgate_history_pending_buckets").set(self.held() as f64);
     }
 }
 
@@ -276,6 +284,36 @@ mod tests {
         w.flush().unwrap();
         let rows = inner.read(None, 0, u64::MAX).unwrap();
         assert_eq!(rows, vec![(key, record(2, 15))]);
+    }
+
+    #[test]
+    fn a_backlog_goes_in_batches_each_counted_once() {
+        let inner = crate::store::Stores::temporary().unwrap().history;
+        let flaky = Arc::new(Flaky {
+            inner: Arc::clone(&inner),
+            failures: 1.into(),
+            lose_replies: true,
+        });
+        let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        w.last_rollup = unix_now(); // no roll-up of these old minutes in this test
+        let n = MAX_FLUSH_BUCKETS as u64 * 2 + 5;
+        for i in 0..n {
+            let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, i * 60);
+            w.add(key, &record(1, 1));
+        }
+        assert!(w.flush().is_err(), "the first batch's reply was lost");
+        assert_eq!(
+            w.unsent.len(),
+            3,
+            "three batches of at most {MAX_FLUSH_BUCKETS}"
+        );
+        w.flush().unwrap();
+        let rows = inner.read(None, 0, u64::MAX).unwrap();
+        assert_eq!(rows.len() as u64, n);
+        assert!(
+            rows.iter().all(|(_, r)| *r == record(1, 1)),
+            "each counted once"
+        );
     }
 
     #[test]

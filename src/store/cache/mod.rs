@@ -70,10 +70,19 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Keep `value` read under `generation`, unless an invalidation came since.
+    /// Keep `value` read under `generation`, unless an invalidation came since. The check and
+    /// the insert happen under the entry's lock, and an invalidation bumps the generation
+    /// before it removes: whichever comes second wins, never the older value.
     pub fn keep(&self, key: K, value: V, generation: u64) {
+        self.make_room();
+        let now = Instant::now();
+        let entry = self.map.entry(key);
         if self.generation() == generation {
-            self.put(key, value);
+            entry.insert(Entry {
+                value,
+                fetched: now,
+                refresh_at: now + self.config.ttl,
+            });
         }
     }
 
@@ -106,6 +115,13 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
             }
         }
         metrics::counter!("specgate_cache_misses_total", "cache" => self.name).increment(1);
+        // An expired entry answers the others for a second while this caller reads it again,
+        // so a store that hangs holds up one request per entry, not all of them.
+        if let Some(mut e) = self.map.get_mut(key) {
+            if now.duration_since(e.fetched) < self.config.max_stale {
+                e.refresh_at = now + Duration::from_secs(1).min(self.config.ttl);
+            }
+        }
         let generation = self.generation();
         match fetch() {
             Ok(value) => {
@@ -125,7 +141,8 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         }
     }
 
-    fn put(&self, key: K, value: V) {
+    /// Past capacity: the expired go, then everything.
+    fn make_room(&self) {
         if self.map.len() >= self.config.capacity {
             let now = Instant::now();
             self.map.retain(|_, e| now < e.refresh_at);
@@ -133,15 +150,6 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
                 self.map.clear();
             }
         }
-        let now = Instant::now();
-        self.map.insert(
-            key,
-            Entry {
-                value,
-                fetched: now,
-                refresh_at: now + self.config.ttl,
-            },
-        );
     }
 
     pub fn invalidate(&self, key: &K) {

@@ -112,8 +112,23 @@ pub(crate) fn db_error(e: tokio_postgres::Error) -> StoreError {
     }
 }
 
-/// A URL with its password (if any) hidden, for messages.
+/// A URL with its password (if any, in the user part or as `password=` in the query)
+/// hidden, for messages.
 pub fn redact(url: &str) -> String {
+    let url = match url.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
+        }
+        None => url.to_string(),
+    };
+    let url = url.as_str();
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -149,6 +164,10 @@ mod tests {
         assert_eq!(
             redact("postgres://root@127.0.0.1/test"),
             "postgres://root@127.0.0.1/test"
+        );
+        assert_eq!(
+            redact("postgres://app@db/sg?sslmode=disable&password=s3cret"),
+            "postgres://app@db/sg?sslmode=disable&password=***"
         );
     }
 
