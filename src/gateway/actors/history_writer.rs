@@ -241,15 +241,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_batch_the_store_refused_is_written_by_a_later_flush_once() {
+    /// A writer on a sled store behind [`Flaky`], and the store itself to read back.
+    fn flaky_writer(failures: usize, lose_replies: bool) -> (Arc<dyn HistoryStore>, HistoryWriter) {
         let inner = crate::store::Stores::temporary().unwrap().history;
         let flaky = Arc::new(Flaky {
             inner: Arc::clone(&inner),
-            failures: 2.into(),
-            lose_replies: false,
+            failures: failures.into(),
+            lose_replies,
         });
-        let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        let w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        (inner, w)
+    }
+
+    #[test]
+    fn a_batch_the_store_refused_is_written_by_a_later_flush_once() {
+        let (inner, mut w) = flaky_writer(2, false);
         let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, unix_now());
         w.pending.insert(key.clone(), record(1, 10));
         assert!(w.flush().is_err());
@@ -266,13 +272,7 @@ mod tests {
 
     #[test]
     fn a_batch_whose_reply_was_lost_is_counted_once_and_later_records_are_not_lost() {
-        let inner = crate::store::Stores::temporary().unwrap().history;
-        let flaky = Arc::new(Flaky {
-            inner: Arc::clone(&inner),
-            failures: 1.into(),
-            lose_replies: true,
-        });
-        let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        let (inner, mut w) = flaky_writer(1, true);
         let key = HistoryKey::minute("t", WorkloadClass::Chat, StrategyKind::Plain, 0, unix_now());
         w.add(key.clone(), &record(1, 10));
         assert!(
@@ -288,13 +288,7 @@ mod tests {
 
     #[test]
     fn a_backlog_goes_in_batches_each_counted_once() {
-        let inner = crate::store::Stores::temporary().unwrap().history;
-        let flaky = Arc::new(Flaky {
-            inner: Arc::clone(&inner),
-            failures: 1.into(),
-            lose_replies: true,
-        });
-        let mut w = HistoryWriter::new(flaky, Duration::from_secs(1), Duration::from_secs(600));
+        let (inner, mut w) = flaky_writer(1, true);
         w.last_rollup = unix_now(); // no roll-up of these old minutes in this test
         let n = MAX_FLUSH_BUCKETS as u64 * 2 + 5;
         for i in 0..n {
