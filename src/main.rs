@@ -160,7 +160,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
     } else {
         args.prompt.clone()
     };
-    let prompt = lm.tokenizer.encode(&text)?;
+    let prompt = lm.tokenizer.encode_prompt(&text)?;
     let params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: SamplingParams {

@@ -23,7 +23,7 @@ pub fn format_tag(format: QuantFormat) -> u8 {
         QuantFormat::Q4_1 => Q4_1,
         QuantFormat::Q8_0 => Q8_0,
         QuantFormat::Q6K => Q6_K,
-        QuantFormat::Q4K => format_tag(format.kernel()),
+        QuantFormat::Q4K | QuantFormat::Q5_0 => format_tag(format.kernel()),
     }
 }
 

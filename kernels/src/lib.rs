@@ -13,10 +13,12 @@
 //! AVX2 and portable paths.
 
 pub mod attention;
+pub mod gelu;
 mod gemm;
 pub mod kquants;
 pub mod packed;
 pub mod pool;
+pub mod q5_0;
 pub mod qmatmul;
 pub mod quantize;
 pub mod vexp;

@@ -25,6 +25,10 @@ pub enum QuantFormat {
     Q4_1,
     /// 32 weights = f16 d, 32 i8; w = d·q.
     Q8_0,
+    /// 32 weights = f16 d, 32 high bits, 16 bytes of nibbles; w = d·(q − 16). In the kernel
+    /// layout: Q8_0 blocks of the same d and the values q − 16 (ggml's q5_0 × q8_0 dot takes
+    /// the same integer sums and scale products).
+    Q5_0,
     /// 256 weights: 6-bit scales and mins per 32, nibbles; w = d·sc·q − dmin·min.
     Q4K,
     /// 256 weights: 6-bit values with an i8 scale per 16; w = d·sc·(q − 32). In the kernel
@@ -47,6 +51,7 @@ impl QuantFormat {
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
             Self::Q8_0 => 34,
+            Self::Q5_0 => crate::q5_0::Q5_0_BYTES,
             Self::Q4K => crate::kquants::Q4_K_BYTES,
             Self::Q6K => crate::kquants::Q6_K_BYTES,
         }
@@ -56,6 +61,7 @@ impl QuantFormat {
     pub fn kernel(self) -> Self {
         match self {
             Self::Q4K => Self::Q4_1,
+            Self::Q5_0 => Self::Q8_0,
             f => f,
         }
     }

@@ -13,10 +13,10 @@ use std::sync::OnceLock;
 use half::f16;
 
 use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q6_K, Q8_0};
-use crate::kquants;
 pub use crate::packed::QuantFormat;
 use crate::packed::{Canonical, GroupView, Packed, GROUP};
 use crate::quantize::{quantize_rows_into, Q8Batch, QK};
+use crate::{kquants, q5_0};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum KernelError {
@@ -66,6 +66,7 @@ impl QuantMatrix {
         let c = match format {
             QuantFormat::Q4K => kquants::q4_k_as_q4_1(bytes),
             QuantFormat::Q6K => kquants::q6_k_as_halves(bytes),
+            QuantFormat::Q5_0 => q5_0::q5_0_as_q8_0(bytes),
             _ => simple_blocks(format, bytes),
         };
         Ok(Self {
@@ -146,7 +147,9 @@ impl QuantMatrix {
                         o[j] = c.d[2 * i + j / 16] * (v as i32 - 32) as f32;
                     }
                 }
-                QuantFormat::Q4K => unreachable!("Q4_K is held as Q4_1"),
+                QuantFormat::Q4K | QuantFormat::Q5_0 => {
+                    unreachable!("Q4_K is held as Q4_1, Q5_0 as Q8_0")
+                }
             }
         }
         out

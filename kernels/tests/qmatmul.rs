@@ -38,7 +38,8 @@ fn random_bytes(format: QuantFormat, blocks: usize, rng: &mut ChaCha8Rng) -> Vec
         if format == QuantFormat::Q4_1 {
             out.extend_from_slice(&half(rng.random_range(-1.0f32..1.0)));
         }
-        for j in 0..format.quant_bytes() {
+        let scales = if format == QuantFormat::Q4_1 { 4 } else { 2 };
+        for j in 0..format.block_bytes() - scales {
             // Saturated nibbles, and Q8_0's -128 (ggml never writes it; a file may).
             let v: u8 = match b % 5 {
                 3 => 0xFF,
@@ -71,6 +72,7 @@ fn simd_equals_reference_and_both_track_the_float_product() {
         QuantFormat::Q4_0,
         QuantFormat::Q4_1,
         QuantFormat::Q8_0,
+        QuantFormat::Q5_0,
         QuantFormat::Q4K,
         QuantFormat::Q6K,
     ];

@@ -12,7 +12,6 @@ use specgate::heads::bundle::{self, HeadsConfig};
 use specgate::heads::calibration::{self, Calibration};
 use specgate::heads::draft_vocab::{count_tokens, DraftVocab, DraftVocabFile};
 use specgate::heads::training::{self, HeadsData, TrainReport, Trainer};
-use specgate::model::chat_template::ChatMessage;
 use specgate::model::loaded::LoadedModel;
 
 #[derive(Args)]
@@ -81,11 +80,7 @@ pub(crate) fn read_prompts(path: &Path, lm: &LoadedModel) -> Result<Vec<Vec<u32>
         let prompt = v["prompt"]
             .as_str()
             .with_context(|| format!("line {}: no \"prompt\"", i + 1))?;
-        let chat = lm.chat_prompt(&[ChatMessage {
-            role: "user".into(),
-            content: prompt.into(),
-        }])?;
-        out.push(lm.tokenizer.encode(&chat)?);
+        out.push(lm.prompt_ids(prompt)?);
     }
     Ok(out)
 }

@@ -1,9 +1,10 @@
-//! Hyper-parameters of a llama-architecture GGUF, read from its metadata.
+//! Hyper-parameters of a GGUF model, read from its metadata (`{arch}.*` keys).
 
 use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::Value;
 
+use super::arch::{self, Arch};
 use super::ModelError;
 
 /// The longest context served: a model that declares more is served up to this (the rope
@@ -13,6 +14,7 @@ pub const MAX_CONTEXT: usize = 1 << 17;
 /// What the forward pass needs to know about the network's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
+    pub arch: Arch,
     pub n_layers: usize,
     pub hidden: usize,
     pub ffn: usize,
@@ -21,9 +23,13 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub rope_dim: usize,
     pub rope_base: f32,
+    /// Linear rotary scaling (`rope.scaling.type = linear`): positions times this.
+    pub rope_freq_scale: f32,
     pub rms_eps: f32,
     pub context_length: usize,
     pub vocab_size: usize,
+    /// Keys a sliding-window layer's query sees (itself included), where the model has any.
+    pub sliding_window: Option<usize>,
 }
 
 fn get<'a>(md: &'a HashMap<String, Value>, key: &str) -> Result<&'a Value, ModelError> {
@@ -38,58 +44,107 @@ fn get_u32(md: &HashMap<String, Value>, key: &str) -> Result<usize, ModelError> 
         .map_err(|e| ModelError::Metadata(format!("{key}: {e}")))
 }
 
+fn opt_u32(md: &HashMap<String, Value>, key: &str) -> Option<usize> {
+    md.get(key)
+        .and_then(|v| v.to_u32().ok())
+        .map(|v| v as usize)
+}
+
+/// The architecture a file declares, refused in one line naming those supported.
+pub fn architecture(md: &HashMap<String, Value>) -> Result<Arch, ModelError> {
+    let name = get(md, "general.architecture")?
+        .to_string()
+        .map_err(|e| ModelError::Metadata(format!("general.architecture: {e}")))?;
+    Arch::from_name(name).ok_or_else(|| {
+        ModelError::Unsupported(format!(
+            "architecture {name:?} (supported: {})",
+            arch::SUPPORTED
+        ))
+    })
+}
+
 impl ModelConfig {
-    /// Reads the `llama.*` keys; refuses other architectures with a clear error.
+    /// Reads the `{arch}.*` keys; refuses other architectures with a clear error.
     pub fn from_metadata(md: &HashMap<String, Value>) -> Result<Self, ModelError> {
-        let arch = get(md, "general.architecture")?
-            .to_string()
-            .map_err(|e| ModelError::Metadata(format!("general.architecture: {e}")))?;
-        if arch != "llama" {
-            return Err(ModelError::Unsupported(format!(
-                "architecture {arch:?} (only llama is supported)"
-            )));
-        }
-        let n_heads = get_u32(md, "llama.attention.head_count")?;
-        let hidden = get_u32(md, "llama.embedding_length")?;
-        let n_kv_heads = md
-            .get("llama.attention.head_count_kv")
-            .and_then(|v| v.to_u32().ok())
-            .map_or(n_heads, |v| v as usize);
-        if n_heads == 0 || hidden % n_heads != 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        let arch = architecture(md)?;
+        let name = md
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .map_or(arch.name(), String::as_str);
+        let key = |k: &str| format!("{name}.{k}");
+        let n_heads = get_u32(md, &key("attention.head_count"))?;
+        let hidden = get_u32(md, &key("embedding_length"))?;
+        let n_kv_heads = opt_u32(md, &key("attention.head_count_kv")).unwrap_or(n_heads);
+        let head_dim = match opt_u32(md, &key("attention.key_length")) {
+            Some(k) => k,
+            None if n_heads > 0 && hidden.is_multiple_of(n_heads) => hidden / n_heads,
+            None => 0,
+        };
+        if n_heads == 0 || head_dim == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
             return Err(ModelError::Metadata(format!(
                 "inconsistent heads: hidden {hidden}, heads {n_heads}, kv heads {n_kv_heads}"
             )));
         }
-        let head_dim = hidden / n_heads;
-        let f32_or =
-            |key: &str, default: f32| md.get(key).and_then(|v| v.to_f32().ok()).unwrap_or(default);
-        let vocab_size = match md.get("llama.vocab_size").and_then(|v| v.to_u32().ok()) {
-            Some(v) => v as usize,
+        if let Some(v) = opt_u32(md, &key("attention.value_length")).filter(|&v| v != head_dim) {
+            return Err(ModelError::Unsupported(format!(
+                "value heads of width {v} beside key heads of {head_dim}"
+            )));
+        }
+        let f32_or = |k: &str, default: f32| {
+            md.get(&key(k))
+                .and_then(|v| v.to_f32().ok())
+                .unwrap_or(default)
+        };
+        let vocab_size = match opt_u32(md, &key("vocab_size")) {
+            Some(v) => v,
             None => get(md, "tokenizer.ggml.tokens")?
                 .to_vec()
                 .map_err(|e| ModelError::Metadata(format!("tokenizer.ggml.tokens: {e}")))?
                 .len(),
         };
         let config = Self {
-            n_layers: get_u32(md, "llama.block_count")?,
+            arch,
+            n_layers: get_u32(md, &key("block_count"))?,
             hidden,
-            ffn: get_u32(md, "llama.feed_forward_length")?,
+            ffn: get_u32(md, &key("feed_forward_length"))?,
             n_heads,
             n_kv_heads,
             head_dim,
-            rope_dim: md
-                .get("llama.rope.dimension_count")
-                .and_then(|v| v.to_u32().ok())
-                .map_or(head_dim, |v| v as usize),
-            rope_base: f32_or("llama.rope.freq_base", 10_000.0),
-            rms_eps: f32_or("llama.attention.layer_norm_rms_epsilon", 1e-5),
-            context_length: get_u32(md, "llama.context_length")
+            rope_dim: opt_u32(md, &key("rope.dimension_count")).unwrap_or(head_dim),
+            rope_base: f32_or("rope.freq_base", 10_000.0),
+            rope_freq_scale: rope_scaling(md, &key)?,
+            rms_eps: f32_or("attention.layer_norm_rms_epsilon", 1e-5),
+            context_length: get_u32(md, &key("context_length"))
                 .unwrap_or(2048)
                 .min(MAX_CONTEXT),
             vocab_size,
+            sliding_window: opt_u32(md, &key("attention.sliding_window"))
+                .filter(|_| arch.swa_pattern() > 0),
         };
         config.check()?;
         Ok(config)
+    }
+
+    /// The window layer `l` attends within, or None for a global layer.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        let pattern = self.arch.swa_pattern();
+        self.sliding_window
+            .filter(|_| pattern > 0 && l % pattern < pattern - 1)
+    }
+
+    /// The rotary base of layer `l`.
+    pub fn layer_rope_base(&self, l: usize) -> f32 {
+        match (self.layer_window(l), self.arch.local_rope_base()) {
+            (Some(_), Some(local)) => local,
+            _ => self.rope_base,
+        }
+    }
+
+    /// What the embedding rows are multiplied by before the first layer.
+    pub fn embed_scale(&self) -> Option<f32> {
+        self.arch
+            .scales_embeddings()
+            .then(|| (self.hidden as f32).sqrt())
     }
 
     /// Refuse shapes the forward pass cannot run (a rotary width past the head would index
@@ -131,6 +186,29 @@ impl ModelConfig {
     /// Bytes a sequence's cache holds per token: keys and values, f16, every layer.
     pub fn kv_bytes_per_token(&self) -> usize {
         self.n_layers * self.kv_width() * 2 * 2
+    }
+}
+
+/// `rope.scaling.type`: none, or linear (positions scaled by 1/factor). YaRN and the other
+/// schemes change the rotation itself and are refused rather than served wrongly.
+fn rope_scaling(
+    md: &HashMap<String, Value>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<f32, ModelError> {
+    let kind = md
+        .get(&key("rope.scaling.type"))
+        .and_then(|v| v.to_string().ok())
+        .map_or("none", String::as_str);
+    let factor = md
+        .get(&key("rope.scaling.factor"))
+        .and_then(|v| v.to_f32().ok())
+        .unwrap_or(1.0);
+    match kind {
+        "none" => Ok(1.0),
+        "linear" if factor.is_finite() && factor > 0.0 => Ok(1.0 / factor),
+        other => Err(ModelError::Unsupported(format!(
+            "rope scaling {other:?} with factor {factor} (supported: none, linear)"
+        ))),
     }
 }
 

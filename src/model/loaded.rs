@@ -6,11 +6,20 @@ use std::sync::Arc;
 use crate::model::chat_template::{render_chat, ChatError, ChatMessage};
 use crate::model::tokenizer::{Tokenizer, TokenizerError};
 use crate::model::{CpuModel, MatmulBackend, ModelError, TargetBackend};
+use specgate_strategies::TokenId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error(transparent)]
+    Chat(#[from] ChatError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
 }
@@ -41,6 +50,16 @@ impl LoadedModel {
             model: Box::new(model),
             tokenizer: Arc::new(tokenizer),
         })
+    }
+
+    /// The ids of one user turn: through the chat template where the model has one, else
+    /// the text itself as a completion prompt (a base model), BOS first where wanted.
+    pub fn prompt_ids(&self, user: &str) -> Result<Vec<TokenId>, PromptError> {
+        let text = match self.tokenizer.chat_template() {
+            Some(_) => self.chat_prompt(&[ChatMessage::new("user", user)])?,
+            None => user.to_string(),
+        };
+        Ok(self.tokenizer.encode_prompt(&text)?)
     }
 
     /// The prompt text for a chat, from the model's template, ready to encode.

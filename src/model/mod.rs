@@ -7,6 +7,7 @@
 //! Beside the target: its tokenizer and chat template (from the same GGUF), loading a model
 //! file for generation, and fetching the default model.
 
+pub mod arch;
 pub mod backend;
 pub mod chat_template;
 pub mod config;

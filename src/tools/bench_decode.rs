@@ -52,6 +52,12 @@ pub fn median(xs: &[f64]) -> f64 {
 
 fn bench_tokens(lm: &LoadedModel, n: usize) -> anyhow::Result<Vec<TokenId>> {
     let one = lm.tokenizer.encode(BENCH_TEXT)?;
+    let bos = lm.tokenizer.bos();
+    if let Some(bos) = bos {
+        // A model that wants BOS gets it once, at the start.
+        let rest = one.iter().copied().cycle().take(n.saturating_sub(1));
+        return Ok(std::iter::once(bos).chain(rest).collect());
+    }
     Ok(one.iter().copied().cycle().take(n).collect())
 }
 

@@ -13,7 +13,6 @@ use specgate_strategies::{predicted_speedup, SpecStats, SuffixCache};
 
 use crate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
 use crate::engine::generate::{generate, GenerateOutput, GenerateParams};
-use crate::model::chat_template::ChatMessage;
 use crate::model::loaded::LoadedModel;
 use crate::tools::bench_decode::median;
 use crate::tools::prompts::load_prompt_sets;
@@ -197,8 +196,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
             let mut this = grid();
             let (mut this_tokens, mut this_seconds) = (0usize, 0f64);
             for (n, prompt) in set.prompts.iter().take(cfg.prompts_per_set).enumerate() {
-                let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)])?;
-                let ids = lm.tokenizer.encode(&text)?;
+                let ids = lm.prompt_ids(prompt)?;
                 let plain = generate(
                     &mut lm.model,
                     &lm.tokenizer,

@@ -29,7 +29,7 @@ pub fn prepare(
         (None, None) => return Err(ApiError::invalid(None, "no prompt")),
     };
     let prompt = tokenizer
-        .encode(&text)
+        .encode_prompt(&text)
         .map_err(|e| ApiError::invalid(Some(param), e.to_string()))?;
     if prompt.is_empty() {
         return Err(ApiError::invalid(Some(param), "the prompt is empty"));

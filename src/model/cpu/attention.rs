@@ -15,6 +15,9 @@ pub struct AttnShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// A sliding-window layer's window: a query at position p sees keys p − window + 1..=p
+    /// (llama.cpp masks p − k ≥ window). None: every earlier position.
+    pub window: Option<usize>,
 }
 
 impl AttnShape {
@@ -30,6 +33,11 @@ impl AttnShape {
 
     fn scale(&self) -> f32 {
         1.0 / (self.head_dim as f32).sqrt()
+    }
+
+    /// The first cache position a query at position `pos` sees.
+    fn first_seen(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
     }
 
     /// KV head `kh` read in place, as f16.
@@ -81,29 +89,33 @@ pub fn causal_attention(
 ) {
     let prefix = keys.len() / shape.kv_width() - q.len();
     let own = |r: usize| prefix..prefix + r + 1;
-    run_tasks(shape, q, (keys, values), out, prefix, &own);
+    let first = |r: usize| shape.first_seen(prefix + r);
+    run_tasks(shape, q, (keys, values), out, prefix, &own, &first);
 }
 
 /// Attention for the rows of a verified tree, whose keys and values are the last `rows`
 /// entries of the cache: row i sees the `cache_len - rows` earlier positions and the pass's
-/// own rows `visible[i]` (itself, its ancestors, the pending token). Shapes as
-/// [`causal_attention`].
+/// own rows `visible[i]` (itself, its ancestors, the pending token); row i's position is
+/// `cache_len - rows + depth[i]`. Shapes as [`causal_attention`].
 pub fn tree_attention(
     shape: AttnShape,
     q: QueryRows<'_>,
-    keys: &[f16],
-    values: &[f16],
+    (keys, values): (&[f16], &[f16]),
     visible: &[Vec<usize>],
+    depth: &[usize],
     out: &mut [f32],
 ) {
     let prefix = keys.len() / shape.kv_width() - q.len();
     let own = |r: usize| visible[r].iter().map(move |&v| prefix + v);
-    run_tasks(shape, q, (keys, values), out, prefix, &own);
+    let first = |r: usize| shape.first_seen(prefix + depth[r]);
+    run_tasks(shape, q, (keys, values), out, prefix, &own, &first);
 }
 
-/// Row r sees the positions `0..prefix`, then `own(r)`. One row (a decode step): a task per
-/// KV head, each query head reading the f16 cache in place. Several rows: a task per (KV
-/// head, chunk of rows), whose query heads share each widened block of the cache.
+/// Row r sees the positions `first(r)..prefix`, then those of `own(r)` from `first(r)` on.
+/// One row (a decode step): a task per KV head, each query head reading the f16 cache in
+/// place. Several rows: a task per (KV head, chunk of rows), whose query heads share each
+/// widened block of the cache — or, where a window hides part of the prefix, attend row by
+/// row (the same bits: a row's result never depends on the rows beside it).
 fn run_tasks<I: Iterator<Item = usize>>(
     shape: AttnShape,
     q: QueryRows<'_>,
@@ -111,6 +123,7 @@ fn run_tasks<I: Iterator<Item = usize>>(
     out: &mut [f32],
     prefix: usize,
     own: &(dyn Fn(usize) -> I + Sync),
+    first: &(dyn Fn(usize) -> usize + Sync),
 ) {
     let (n_heads, head_dim, n_kv) = (shape.n_heads, shape.head_dim, shape.n_kv_heads);
     let q_width = n_heads * head_dim;
@@ -118,31 +131,38 @@ fn run_tasks<I: Iterator<Item = usize>>(
     let (group, scale) = (shape.group(), shape.scale());
     let width = group * head_dim;
     let chunks = rows.div_ceil(ROWS_PER_TASK);
+    let windowed = (0..rows).any(|r| first(r) > 0);
     let dst = SharedRows(out.as_mut_ptr(), out.len());
     let task = |s: &mut TaskScratch, job: usize| {
         let (kh, c) = (job / chunks, job % chunks);
-        let first = c * ROWS_PER_TASK;
-        let last = (first + ROWS_PER_TASK).min(rows);
+        let row0 = c * ROWS_PER_TASK;
+        let row_end = (row0 + ROWS_PER_TASK).min(rows);
         let kv = shape.in_place((keys, values), kh);
-        if rows == 1 {
-            let seen = (0..prefix).chain(own(0));
-            // SAFETY: jobs are distinct KV heads here, each writing its own range of `out`.
-            let o = unsafe { dst.slice(kh * width, width) };
-            attend(
-                q.group(0, kh, width),
-                group,
-                kv,
-                seen,
-                scale,
-                &mut s.single,
-                o,
-            );
+        let seen = |r: usize| {
+            let lo = first(r);
+            (lo..prefix).chain(own(r).filter(move |&p| p >= lo))
+        };
+        if rows == 1 || windowed {
+            for r in row0..row_end {
+                // SAFETY: jobs are distinct (KV head, row chunk) pairs, so each writes its
+                // own [r * q_width + kh * width, +width) range of `out`.
+                let o = unsafe { dst.slice(r * q_width + kh * width, width) };
+                attend(
+                    q.group(r, kh, width),
+                    group,
+                    kv,
+                    seen(r),
+                    scale,
+                    &mut s.single,
+                    o,
+                );
+            }
             return;
         }
         s.queries.clear();
-        (first..last).for_each(|r| s.queries.extend_from_slice(q.group(r, kh, width)));
+        (row0..row_end).for_each(|r| s.queries.extend_from_slice(q.group(r, kh, width)));
         s.out.resize(s.queries.len(), 0.0);
-        let own_of = |i: usize| own(first + i / group);
+        let own_of = |i: usize| own(row0 + i / group);
         let path = AttnPath::detect();
         let (qs, o) = (&s.queries, &mut s.out);
         attend_rows(
@@ -156,7 +176,7 @@ fn run_tasks<I: Iterator<Item = usize>>(
             o,
             path,
         );
-        for (r, o) in (first..last).zip(s.out.chunks_exact(width)) {
+        for (r, o) in (row0..row_end).zip(s.out.chunks_exact(width)) {
             // SAFETY: jobs are distinct (KV head, row chunk) pairs, so each writes its own
             // disjoint [r * q_width + kh * width, +width) range of `out`.
             unsafe { dst.slice(r * q_width + kh * width, width) }.copy_from_slice(o);
@@ -220,6 +240,7 @@ mod tests {
             n_heads: 2,
             n_kv_heads: 1,
             head_dim: 2,
+            window: None,
         };
         let h = |xs: [f32; 4]| xs.map(f16::from_f32);
         let keys = h([1.0, 0.0, 0.0, 1.0]);
@@ -241,6 +262,7 @@ mod tests {
             n_heads: 2,
             n_kv_heads: 1,
             head_dim: 2,
+            window: None,
         };
         let keys: Vec<f16> = [1.0, 0.0, 0.5, 1.0, 0.0, 1.0, 1.0, 1.0, 0.2, 0.3]
             .map(f16::from_f32)
@@ -250,18 +272,49 @@ mod tests {
                                                                               // A chain is causal attention.
         let chain = vec![vec![0], vec![0, 1], vec![0, 1, 2]];
         let (mut a, mut b) = (vec![0.0f32; 12], vec![0.0f32; 12]);
-        tree_attention(shape, qr(&q), &keys, &values, &chain, &mut a);
+        tree_attention(shape, qr(&q), (&keys, &values), &chain, &[0, 1, 2], &mut a);
         causal_attention(shape, qr(&q), &keys, &values, &mut b);
         assert_eq!(a, b);
         // A branch: row 2 hangs under row 0, so it must not see row 1 — the same as causal
         // attention over a cache that never held row 1.
         let branch = vec![vec![0], vec![0, 1], vec![0, 2]];
-        tree_attention(shape, qr(&q), &keys, &values, &branch, &mut a);
+        tree_attention(shape, qr(&q), (&keys, &values), &branch, &[0, 1, 1], &mut a);
         let drop = |xs: &[f16]| [&xs[..6], &xs[8..]].concat();
         let mut c = vec![0.0f32; 8];
         let q2 = [&q[..4], &q[8..]].concat();
         causal_attention(shape, qr(&q2), &drop(&keys), &drop(&values), &mut c);
         assert_eq!(&a[8..], &c[4..]);
         assert_eq!(&a[..4], &c[..4]);
+    }
+
+    /// A window of w: a row sees only its last w positions, the same as attention over a
+    /// cache that starts there; a single decode row and a prefill row agree.
+    #[test]
+    fn a_window_hides_positions_w_or_more_back() {
+        let wide = AttnShape {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 2,
+            window: None,
+        };
+        let windowed = AttnShape {
+            window: Some(2),
+            ..wide
+        };
+        let keys: Vec<f16> = (0..10)
+            .map(|x| f16::from_f32((x as f32 * 0.7).cos()))
+            .collect();
+        let values: Vec<f16> = (0..10).map(|x| f16::from_f32(x as f32)).collect();
+        let q: Vec<f32> = (0..20).map(|x| (x as f32 * 0.37).sin()).collect(); // 5 rows
+        let mut all = vec![0.0f32; 20];
+        causal_attention(windowed, qr(&q), &keys, &values, &mut all);
+        for r in 0..5 {
+            // Row r (position r) sees positions r - 1 and r only.
+            let lo = r.saturating_sub(1);
+            let (k, v) = (&keys[2 * lo..2 * (r + 1)], &values[2 * lo..2 * (r + 1)]);
+            let mut one = vec![0.0f32; 4];
+            causal_attention(wide, qr(&q[4 * r..4 * (r + 1)]), k, v, &mut one);
+            assert_eq!(&all[4 * r..4 * (r + 1)], &one[..], "row {r}");
+        }
     }
 }

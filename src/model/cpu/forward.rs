@@ -1,6 +1,7 @@
 //! The ragged forward pass.
 
 use super::*;
+use crate::model::arch::Activation;
 use crate::model::cpu::attention::{causal_attention, tree_attention, AttnShape, QueryRows};
 
 /// Buffers a forward pass reuses: kept by the model between passes, so a pass no larger
@@ -47,14 +48,14 @@ impl CpuModel {
         w.x.clear(); // [total, hidden]
         for it in items {
             for &t in it.tokens {
-                w.x.extend_from_slice(&self.weights.embeddings[t as usize * hidden..][..hidden]);
+                self.weights
+                    .embeddings
+                    .push_row(t as usize, hidden, &mut w.x)?;
             }
         }
-        let shape = AttnShape {
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-        };
+        if let Some(scale) = cfg.embed_scale() {
+            w.x.iter_mut().for_each(|v| *v *= scale);
+        }
         let q_width = cfg.n_heads * cfg.head_dim;
         let kv_width = cfg.kv_width();
         // Tree items: each row's position (start + depth) and the rows it may see.
@@ -67,16 +68,36 @@ impl CpuModel {
         let stride = q_width + 2 * kv_width; // a fused Q/K/V row
         let ffn = cfg.ffn;
         for (l, layer) in self.weights.layers[..depth].iter().enumerate() {
+            let shape = AttnShape {
+                n_heads: cfg.n_heads,
+                n_kv_heads: cfg.n_kv_heads,
+                head_dim: cfg.head_dim,
+                window: cfg.layer_window(l),
+            };
+            let rope = match (shape.window, self.ropes.get(1)) {
+                (Some(_), Some(local)) => local, // sliding-window layers' own base
+                _ => &self.ropes[0],
+            };
             rms_norm(&w.x, &layer.attn_norm, cfg.rms_eps, &mut w.xn);
             layer.qkv.forward_into(&w.xn, &mut w.acts, &mut w.fused)?;
+            if let Some(bias) = &layer.qkv_bias {
+                w.fused
+                    .chunks_exact_mut(stride)
+                    .for_each(|r| add_in_place(r, bias));
+            }
             let mut row = 0;
             for ((it, &start), tree) in items.iter().zip(&starts).zip(&trees) {
                 let n = it.tokens.len();
                 for i in 0..n {
                     let pos = start + tree.as_ref().map_or(i, |t| t.depth[i]);
                     let (q, kv) = w.fused[(row + i) * stride..][..stride].split_at_mut(q_width);
-                    self.rope.apply(q, cfg.head_dim, pos);
-                    self.rope.apply(&mut kv[..kv_width], cfg.head_dim, pos);
+                    let k = &mut kv[..kv_width];
+                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                        rms_norm_in_place(q, qn, cfg.rms_eps);
+                        rms_norm_in_place(k, kn, cfg.rms_eps);
+                    }
+                    rope.apply(q, cfg.head_dim, pos);
+                    rope.apply(k, cfg.head_dim, pos);
                 }
                 let cache = self
                     .caches
@@ -89,12 +110,17 @@ impl CpuModel {
                 let out = &mut w.attn[row * q_width..(row + n) * q_width];
                 match tree {
                     None => causal_attention(shape, q, keys, values, out),
-                    Some(t) => tree_attention(shape, q, keys, values, &t.visible, out),
+                    Some(t) => tree_attention(shape, q, (keys, values), &t.visible, &t.depth, out),
                 }
                 row += n;
             }
             layer.wo.forward_into(&w.attn, &mut w.acts, &mut w.proj)?;
-            add_in_place(&mut w.x, &w.proj);
+            residual(
+                &mut w.x,
+                &mut w.proj,
+                layer.post_attn_norm.as_deref(),
+                cfg.rms_eps,
+            );
             rms_norm(&w.x, &layer.ffn_norm, cfg.rms_eps, &mut w.xn);
             layer
                 .gate_up
@@ -106,10 +132,18 @@ impl CpuModel {
                 .zip(w.gate.chunks_exact_mut(ffn))
             {
                 let (gate, up) = gu.split_at(ffn);
-                specgate_kernels::vexp::swiglu(gate, up, h);
+                match cfg.arch.activation() {
+                    Activation::Silu => specgate_kernels::vexp::swiglu(gate, up, h),
+                    Activation::GeluTanh => specgate_kernels::gelu::geglu(gate, up, h),
+                }
             }
             layer.down.forward_into(&w.gate, &mut w.acts, &mut w.proj)?;
-            add_in_place(&mut w.x, &w.proj);
+            residual(
+                &mut w.x,
+                &mut w.proj,
+                layer.post_ffn_norm.as_deref(),
+                cfg.rms_eps,
+            );
         }
         self.head(items, &w.x, opts)
     }
@@ -165,7 +199,7 @@ impl CpuModel {
                 cfg.n_layers
             )));
         }
-        let limit = cfg.context_length.min(self.rope.positions());
+        let limit = cfg.context_length.min(self.ropes[0].positions());
         let mut seen = std::collections::HashSet::new();
         for it in items {
             if !seen.insert(it.seq) {
@@ -212,14 +246,8 @@ impl CpuModel {
 
 /// RMSNorm as ggml computes it (sum of squares in f64). `x`, `out`: [rows, dim]; `w`: [dim].
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let dim = w.len();
-    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        let sum = sum_of_squares(xr);
-        let scale = 1.0 / ((sum / dim as f64) as f32 + eps).sqrt();
-        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
-            *o = v * scale * g;
-        }
-    }
+    out.copy_from_slice(x);
+    rms_norm_in_place(out, w, eps);
 }
 
 /// Σx² in f64, in eight lanes: one chain of 576 dependent f64 adds cost ~0.5 µs a row, 3%
@@ -239,6 +267,25 @@ fn sum_of_squares(x: &[f32]) -> f64 {
         }
     }
     lanes.iter().sum::<f64>() + tail
+}
+
+/// RMSNorm of each `w.len()`-wide chunk of `x` (a token, or a Q or K head), in place.
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    for xr in x.chunks_exact_mut(w.len()) {
+        let sum = sum_of_squares(xr);
+        let scale = 1.0 / ((sum / w.len() as f64) as f32 + eps).sqrt();
+        for (v, &g) in xr.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    }
+}
+
+/// `x += y`, with `y` first normed where the architecture norms a block's output (Gemma).
+fn residual(x: &mut [f32], y: &mut [f32], post_norm: Option<&[f32]>, eps: f32) {
+    if let Some(w) = post_norm {
+        rms_norm_in_place(y, w, eps);
+    }
+    add_in_place(x, y);
 }
 
 fn add_in_place(x: &mut [f32], y: &[f32]) {

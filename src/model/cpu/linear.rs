@@ -1,8 +1,9 @@
 //! A linear layer over quantized GGUF weights: `y = x · Wᵀ` for a batch of rows.
 //!
-//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights run on specgate-kernels' quantized matmul (each
-//! weight group read once for all rows of a call); other formats, or every format with
-//! [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
+//! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights run on specgate-kernels' quantized matmul
+//! (each weight group read once for all rows of a call); F16/F32 weights, or every format
+//! with [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
+//! Other quantized types are refused at load.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -14,6 +15,9 @@ enum Backend {
     Kernel(QuantMatrix),
     Candle(QMatMul),
 }
+
+/// The weight types the engine serves, named when a file holds another.
+pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K";
 
 pub struct Linear {
     backend: Backend,
@@ -32,17 +36,27 @@ pub enum MatmulBackend {
 }
 
 impl Linear {
-    /// `weight`: a GGUF tensor of shape [out_dim, in_dim].
+    /// `weight`: a GGUF tensor of shape [out_dim, in_dim]. A quantized type our kernels do
+    /// not run is refused (candle's fallback was slower and further from llama.cpp); F16 and
+    /// F32 matrices run on candle.
     pub fn new(weight: QTensor, backend: MatmulBackend) -> Result<Self, ModelError> {
         let (out_dim, in_dim) = weight.shape().dims2()?;
-        let format = match weight.dtype() {
+        let dtype = weight.dtype();
+        let format = match dtype {
             GgmlDType::Q4_0 => Some(QuantFormat::Q4_0),
             GgmlDType::Q4_1 => Some(QuantFormat::Q4_1),
+            GgmlDType::Q5_0 => Some(QuantFormat::Q5_0),
             GgmlDType::Q8_0 => Some(QuantFormat::Q8_0),
             GgmlDType::Q4K => Some(QuantFormat::Q4K),
             GgmlDType::Q6K => Some(QuantFormat::Q6K),
             _ => None,
         };
+        let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        if backend == MatmulBackend::Kernels && format.is_none() && !float {
+            return Err(ModelError::Unsupported(format!(
+                "weights of type {dtype:?} (supported: {SUPPORTED_TYPES})"
+            )));
+        }
         let backend = match format {
             Some(f) if backend == MatmulBackend::Kernels && in_dim % f.block_weights() == 0 => {
                 let bytes = weight.data()?;

@@ -11,6 +11,7 @@ mod forward;
 mod kv_cache;
 mod linear;
 mod rope;
+mod rows;
 mod weights;
 
 use std::collections::HashMap;
@@ -18,8 +19,9 @@ use std::path::Path;
 
 pub use kv_cache::KvCache;
 pub use linear::{Linear, MatmulBackend};
-pub use rope::Rope;
-pub use weights::{first_rows, lm_head_tensor, read_header, select_rows, QuantRows};
+pub use rope::{Rope, RopeSpec};
+pub use rows::{first_rows, select_rows, QuantRows};
+pub use weights::{lm_head_tensor, read_header};
 
 use super::{
     BatchItem, BatchOutput, ForwardOptions, GgufMetadata, KvLayer, LogitRows, ModelConfig,
@@ -31,7 +33,9 @@ use weights::Weights;
 pub struct CpuModel {
     config: ModelConfig,
     weights: Weights,
-    rope: Rope,
+    /// The global layers' rotary table, then the sliding-window layers' where their base
+    /// differs.
+    ropes: Vec<Rope>,
     caches: HashMap<SeqId, KvCache>,
     next_seq: u64,
     work: forward::Workspace,
@@ -61,11 +65,29 @@ impl CpuModel {
     ) -> Result<(Self, GgufMetadata), ModelError> {
         let loaded = weights::load(path, backend, max_layers)?;
         let config = loaded.config;
-        let rope = Rope::new(config.rope_dim, config.rope_base, config.context_length);
+        let spec = |base| RopeSpec {
+            rope_dim: config.rope_dim,
+            base,
+            freq_scale: config.rope_freq_scale,
+            freq_factors: loaded.weights.rope_freqs.as_deref(),
+            style: config.arch.rope_style(),
+        };
+        let mut ropes = vec![Rope::with_spec(
+            spec(config.rope_base),
+            config.context_length,
+        )];
+        if let Some(local) = config.arch.local_rope_base() {
+            // ggml scales only the global layers' positions (Gemma 3's long-context files).
+            let local = RopeSpec {
+                freq_scale: 1.0,
+                ..spec(local)
+            };
+            ropes.push(Rope::with_spec(local, config.context_length));
+        }
         let model = Self {
             config,
             weights: loaded.weights,
-            rope,
+            ropes,
             caches: HashMap::new(),
             next_seq: 0,
             work: forward::Workspace::default(),
