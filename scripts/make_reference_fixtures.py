@@ -5,15 +5,20 @@ llama.cpp.
 
     pip install llama-cpp-python jinja2 numpy
     python3 scripts/make_reference_fixtures.py models/SmolLM2-135M-Instruct.Q4_1.gguf
+    python3 scripts/make_reference_fixtures.py models/gemma-3-270m-q4_k_m.gguf \
+        --completion --out tests/fixtures/gemma3-270m
 
-Writes tests/fixtures/tokenizer_cases.json and tests/fixtures/greedy_reference.json.
+Writes tokenizer_cases.json and greedy_reference.json into tests/fixtures (or --out). A
+base model (--completion) gets plain completion prompts, BOS first, and 64 greedy tokens;
+its fixture also keeps llama.cpp's 16 largest logits at the first positions of each prompt.
 
 For each prompt it also records where llama.cpp departs from its own default run when only its
 arithmetic changes (an f32 KV cache; a prompt fed one token at a time), and llama.cpp's top-2
 gap there: the size of near-tie that float rounding alone decides for this quantized model.
 """
+import argparse
+import hashlib
 import json
-import sys
 from pathlib import Path
 
 import jinja2
@@ -37,7 +42,22 @@ TOKENIZER_CASES = [
     ("special", "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"),
     ("mixed", "Résumé: 5 años en São Paulo — código `x += 1` 🙂 <|endoftext|>"),
     ("empty", ""),
+    ("gemma_turns", "<start_of_turn>user\nWrite <b>bold</b>\t\tcode<end_of_turn>\n<start_of_turn>model\n"),
+    ("newlines", "a\n\n\nb\n \n  c\r\n\td"),
 ]
+
+COMPLETION_PROMPTS = [
+    "The lighthouse keeper climbed the stairs every evening, and",
+    "def merge_sorted(a, b):\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n",
+    "Paris has been the capital of France since",
+    "Photosynthesis is the process by which plants",
+    "Ten tips for learning the guitar:\n1.",
+    "O mar estava calmo naquela manhã, e",
+    "SELECT name, COUNT(*) FROM orders",
+    "Once upon a time, a small dragon who was afraid of the dark",
+]
+TOP_LOGITS = 16
+LOGIT_POSITIONS = 4
 
 CHAT_PROMPTS = [
     [{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}],
@@ -58,12 +78,12 @@ def render(template: str, messages) -> str:
                                             bos_token="", eos_token="<|im_end|>")
 
 
-def greedy(llm, ids, eos):
+def greedy(llm, ids, eos, n_tokens=GREEDY_TOKENS):
     """Greedy ids and llama.cpp's top-2 logit gap at each step."""
     llm.reset()
     llm.eval(ids)
     out, gaps = [], []
-    for _ in range(GREEDY_TOKENS):
+    for _ in range(n_tokens):
         row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         top2 = np.sort(row)[-2:]
         tok = int(np.argmax(row))
@@ -77,6 +97,87 @@ def greedy(llm, ids, eos):
 
 def first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def top_logits(llm, n_prompt):
+    """llama.cpp's largest logits at the prompt's last position and the next few (as fed)."""
+    rows = []
+    for p in range(n_prompt - 1, min(n_prompt - 1 + LOGIT_POSITIONS, llm.n_tokens)):
+        row = np.array(llm.scores[p], dtype=np.float32)
+        top = np.argsort(row)[-TOP_LOGITS:][::-1]
+        rows.append({"position": p, "ids": [int(i) for i in top],
+                     "logits": [round(float(row[i]), 5) for i in top]})
+    return rows
+
+
+def without_extra_buffers():
+    """llama.cpp's repacked / AMX weight buffers crash (SIGSEGV in decode) on Gemma 3 270M
+    on an AMX CPU with llama-cpp-python 0.3.36; the plain CPU path is ggml's reference
+    arithmetic anyway."""
+    default = llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_cpp.llama_model_default_params = params
+    llama_cpp.llama.llama_cpp.llama_model_default_params = params
+
+
+def logit_spread(models, ids, tops):
+    """How far llama.cpp's own variants move its top logits at the recorded positions."""
+    rows = []
+    for llm in models:
+        llm.reset()
+        llm.eval(ids)
+        rows.append(np.array(llm.scores[:llm.n_tokens], dtype=np.float32))
+    spread = 0.0
+    for t in tops:
+        for other in rows[1:]:
+            d = np.abs(other[t["position"]][t["ids"]] - rows[0][t["position"]][t["ids"]])
+            spread = max(spread, float(d.max()))
+    return round(spread, 5)
+
+
+def completion_main(model_path: str, out: Path) -> None:
+    """A base model: completion prompts, BOS first, 64 greedy tokens, top logits."""
+    without_extra_buffers()
+    kw = dict(model_path=model_path, n_ctx=1024, logits_all=True, verbose=False)
+    llm = llama_cpp.Llama(n_threads=2, n_batch=512, seed=0, **kw)
+    variant_models = [
+        ("f32_kv_cache", llama_cpp.Llama(n_threads=2, type_k=0, type_v=0, **kw)),
+        ("prefill_one_token_at_a_time",
+         llama_cpp.Llama(n_threads=1, n_batch=1, n_ubatch=1, **kw)),
+    ]
+    eos = llm.token_eos()
+    cases = []
+    for name, text in TOKENIZER_CASES:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+        cases.append({"name": name, "text": text, "ids": ids})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+    prompts = []
+    n = 64
+    for text in COMPLETION_PROMPTS:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        output, gaps = greedy(llm, ids, eos, n)
+        tops = top_logits(llm, len(ids))
+        fed = ids + output[:LOGIT_POSITIONS]
+        spread = logit_spread([llm] + [m for _, m in variant_models], fed, tops)
+        variants = {}
+        for name, llm_variant in variant_models:
+            at = first_difference(greedy(llm_variant, ids, eos, n)[0], output)
+            variants[name] = None if at is None else {"at": at, "top2_gap": round(gaps[at], 6)}
+        prompts.append({"prompt_text": text, "prompt_ids": ids, "output_ids": output,
+                        "top2_gaps": [round(g, 6) for g in gaps], "top_logits": tops,
+                        "llama_cpp_self_logit_spread": spread,
+                        "llama_cpp_self_divergence": variants})
+        print(f"{len(output)} tokens, self-divergence {variants}: {llm.detokenize(output)[:40]!r}")
+    sha = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
+    reference = {"reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, "
+                              "extra buffer types (repack, AMX) off",
+                 "model_sha256": sha, "greedy_tokens": n, "prompts": prompts}
+    (out / "greedy_reference.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
 
 
 def main(model_path: str) -> None:
@@ -118,4 +219,12 @@ def main(model_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?", default=str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--completion", action="store_true", help="a base model: completion prompts")
+    ap.add_argument("--out", type=Path, default=FIX)
+    args = ap.parse_args()
+    if args.completion:
+        completion_main(args.model, args.out)
+    else:
+        main(args.model)

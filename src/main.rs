@@ -12,7 +12,9 @@ use serde_json::json;
 use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, SUFFIX_MAX_DEPTH};
 use specgate::engine::generate::{generate, GenerateParams};
 use specgate::model::chat_template::ChatMessage;
-use specgate::model::fetch::{default_model_path, ensure_default_model};
+use specgate::model::fetch::{
+    default_model_path, ensure_default_model, ensure_model, known_model, models_dir, KNOWN_MODELS,
+};
 use specgate::model::loaded::LoadedModel;
 use specgate::SamplingParams;
 
@@ -46,9 +48,12 @@ enum Command {
     /// Write the answer corpus suffix drafting consults for every tenant: the model's greedy
     /// answers to generic prompts.
     BuildCorpus(crate::cli::build_corpus::BuildCorpusArgs),
-    /// Download the default model (SmolLM2-135M-Instruct Q4_1) if it is not there yet.
+    /// Download a model specgate knows by name if it is not there yet, and print its path:
+    /// the default SmolLM2-135M-Instruct Q4_1, or `gemma3-270m` (Gemma 3 270M Q4_K_M).
     FetchModel {
-        /// Where to put it (default: models/SmolLM2-135M-Instruct.Q4_1.gguf).
+        /// smollm2-135m (the default) or gemma3-270m.
+        name: Option<String>,
+        /// Where to put it (default: models/<its file name>).
         #[arg(long)]
         dest: Option<PathBuf>,
     },
@@ -262,9 +267,14 @@ fn run() -> Result<()> {
             crate::cli::build_corpus::run(resolve_model(args.model.clone())?, args)
         }
         Command::Generate(args) => run_generate(args),
-        Command::FetchModel { dest } => {
-            let dest = dest.unwrap_or_else(default_model_path);
-            let path = ensure_default_model(&dest, &mut std::io::stderr())?;
+        Command::FetchModel { name, dest } => {
+            let name = name.as_deref().unwrap_or("default");
+            let Some(model) = known_model(name) else {
+                let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
+                bail!("no model called {name:?} (known: {})", names.join(", "));
+            };
+            let dest = dest.unwrap_or_else(|| models_dir().join(model.file));
+            let path = ensure_model(&model, &dest, &mut std::io::stderr())?;
             println!("{}", path.display());
             Ok(())
         }

@@ -15,7 +15,7 @@ use half::f16;
 use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q6_K, Q8_0};
 pub use crate::packed::QuantFormat;
 use crate::packed::{Canonical, GroupView, Packed, GROUP};
-use crate::quantize::{quantize_rows_into, Q8Batch, QK};
+use crate::quantize::{quantize_rows_into, quantize_rows_k_into, Q8Batch, QK};
 use crate::{kquants, q5_0};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -42,6 +42,8 @@ pub struct QuantMatrix {
     out_dim: usize,
     in_dim: usize,
     packed: Packed,
+    /// Activations quantized per 256 as ggml's q8_K (K-quant weights), else per 32.
+    per_256: bool,
 }
 
 impl QuantMatrix {
@@ -73,6 +75,7 @@ impl QuantMatrix {
             out_dim,
             in_dim,
             packed: Packed::pack(format.kernel(), out_dim, in_dim / QK, &c),
+            per_256: format.block_weights() == kquants::QK_K,
         })
     }
 
@@ -159,10 +162,9 @@ impl QuantMatrix {
     /// gate/up projections: one pass over the activations, one thread dispatch).
     pub fn concat(parts: &[&QuantMatrix]) -> Option<QuantMatrix> {
         let first = parts.first()?;
-        if parts
-            .iter()
-            .any(|p| p.format() != first.format() || p.in_dim != first.in_dim)
-        {
+        if parts.iter().any(|p| {
+            p.format() != first.format() || p.in_dim != first.in_dim || p.per_256 != first.per_256
+        }) {
             return None;
         }
         let mut c = Canonical::default();
@@ -178,6 +180,7 @@ impl QuantMatrix {
             out_dim,
             in_dim: first.in_dim,
             packed,
+            per_256: first.per_256,
         })
     }
 
@@ -204,7 +207,10 @@ impl QuantMatrix {
     /// [`QuantMatrix::matmul_into`] with a chosen instruction set.
     pub fn matmul_into_with(&self, xs: &[f32], acts: &mut Q8Batch, y: &mut [f32], isa: Isa) {
         let isa = if isa.supported() { isa } else { Isa::Portable };
-        quantize_rows_into(xs, self.in_dim, crate::avx2(), acts);
+        match self.per_256 {
+            true => quantize_rows_k_into(xs, self.in_dim, acts),
+            false => quantize_rows_into(xs, self.in_dim, crate::avx2(), acts),
+        }
         let rows = acts.rows;
         assert_eq!(y.len(), rows * self.out_dim, "output shape");
         if rows == 0 {

@@ -75,6 +75,50 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
     }
 }
 
+/// Quantize `xs`: [rows, dim] (`dim` a multiple of 256) as ggml's `quantize_row_q8_K` does
+/// for K-quant weights: one f32 scale per 256 values, d = −max / 127 where max is the value
+/// of largest magnitude (the first, on ties), values round(x / d) half to even, capped at
+/// 127. Each 32-block of `out` carries its super-block's d; `s` = d · Σq in f32; `sums16`
+/// are ggml's `bsums`.
+pub fn quantize_rows_k_into(xs: &[f32], dim: usize, out: &mut Q8Batch) {
+    const QK_K: usize = 256;
+    let rows = xs.len() / dim;
+    let blocks = dim / QK;
+    (out.rows, out.blocks) = (rows, blocks);
+    let n = rows * blocks;
+    out.d.resize(n, 0.0);
+    out.s.resize(n, 0.0);
+    out.sums16.resize(2 * n, 0);
+    out.qs.resize(n * QK, 0);
+    for (sb, (x, qs)) in xs[..rows * dim]
+        .chunks_exact(QK_K)
+        .zip(out.qs.chunks_exact_mut(QK_K))
+        .enumerate()
+    {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                (amax, max) = (v.abs(), v);
+            }
+        }
+        let iscale = if amax == 0.0 { 0.0 } else { -127.0 / max };
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+        }
+        let d = if amax == 0.0 { 0.0 } else { 1.0 / iscale };
+        for b in 0..QK_K / QK {
+            let i = sb * (QK_K / QK) + b;
+            let q = &qs[b * QK..][..QK];
+            let first: i32 = q[..QK / 2].iter().map(|&v| v as i32).sum();
+            let sum: i32 = first + q[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
+            out.d[i] = d;
+            out.s[i] = d * sum as f32;
+            out.sums16[2 * i] = first;
+            out.sums16[2 * i + 1] = sum - first;
+        }
+    }
+}
+
 /// One block: the quantized values into `qs`; returns (amax, Σq of the first 16, Σq).
 fn quantize_block(block: &[f32], qs: &mut [i8]) -> (f32, i32, i32) {
     let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -161,6 +205,27 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn q8_k_takes_the_signed_largest_value_per_256_as_ggml_does() {
+        let mut x = vec![0.0f32; 512];
+        x[3] = -2.0; // the first of two values of largest magnitude
+        x[9] = 2.0;
+        x[10] = 1.0;
+        x[100] = 0.5 * (2.0 / 127.0); // exactly half a step: rounds to even (0)
+                                      // The second super-block is all zeros.
+        let mut out = Q8Batch::default();
+        quantize_rows_k_into(&x, 512, &mut out);
+        assert_eq!((out.rows, out.blocks), (1, 16));
+        // max = −2 (first by |x|), iscale = −127 / max = 63.5, d = 1 / 63.5 for 8 blocks.
+        assert_eq!(out.d[0], 1.0 / (-127.0f32 / -2.0));
+        assert!(out.d[..8].iter().all(|&d| d == out.d[0]) && out.d[8..].iter().all(|&d| d == 0.0));
+        assert_eq!(&out.qs[..4], &[0, 0, 0, -127]);
+        // 63.5 and 0.5 round half to even: 64 and 0.
+        assert_eq!((out.qs[9], out.qs[10], out.qs[100]), (127, 64, 0));
+        assert_eq!(out.sums16[0], -127 + 127 + 64);
+        assert!(out.qs[256..].iter().all(|&q| q == 0));
+    }
+
     use super::*;
 
     #[test]

