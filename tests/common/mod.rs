@@ -1,6 +1,7 @@
 //! Shared by the tests that run the real model: find (or fetch) it once, load it once.
 #![allow(dead_code)]
 
+pub mod distribution;
 pub mod outside;
 pub mod server;
 pub mod tiny;

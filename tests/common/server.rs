@@ -35,7 +35,12 @@ impl Server {
 
     /// Start with exactly these `serve` flags (the store among them).
     pub fn start_with(extra: &[&str]) -> Server {
-        let model = super::model_path();
+        Self::start_model(&super::model_path(), extra)
+    }
+
+    /// Serve `model` with exactly these flags.
+    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
+        let model = model.to_path_buf();
         let mut child = Command::new(env!("CARGO_BIN_EXE_specgate"))
             .arg("serve")
             .arg("--model")
