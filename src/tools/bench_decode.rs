@@ -1,19 +1,17 @@
-//! `specgate bench decode`: our engine beside candle-transformers' `quantized_llama` on the
+//! `specgate bench decode`: our engine beside candle-transformers' own model (`quantized_llama`,
+//! `_qwen2`, `_qwen3` or `_gemma3`, per the file's architecture) on the
 //! same GGUF and threads, runs interleaved, medians reported; and the cost of one forward
 //! appending n tokens to a 300-token cache, as a ratio to n = 1.
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
 use serde::Serialize;
 use specgate_strategies::{argmax, TokenId};
 
 use crate::model::loaded::LoadedModel;
+use crate::tools::candle_reference::CandleReference;
 use crate::model::{LogitRows, MatmulBackend, SeqId, TargetBackend};
 
 /// A fixed English passage; its tokens fill the prompt and the 300-token cache.
@@ -85,22 +83,17 @@ fn run_ours(
 }
 
 fn run_reference(
-    reference: &mut ModelWeights,
+    reference: &mut CandleReference,
     prompt: &[TokenId],
     n: usize,
 ) -> anyhow::Result<(f64, f64, Vec<TokenId>)> {
-    reference.clear_kv_cache();
-    let last_row =
-        |t: Tensor| -> anyhow::Result<TokenId> { Ok(argmax(&t.flatten_all()?.to_vec1::<f32>()?)) };
     let t = Instant::now();
-    let x = Tensor::new(prompt, &Device::Cpu)?.unsqueeze(0)?;
-    let mut next = last_row(reference.forward(&x, 0)?)?;
+    let mut next = argmax(&reference.forward(prompt, 0)?);
     let prompt_tps = prompt.len() as f64 / t.elapsed().as_secs_f64();
     let mut ids = vec![next];
     let t = Instant::now();
     for i in 1..n {
-        let x = Tensor::new(&[next], &Device::Cpu)?.unsqueeze(0)?;
-        next = last_row(reference.forward(&x, prompt.len() + i - 1)?)?;
+        next = argmax(&reference.forward(&[next], prompt.len() + i - 1)?);
         ids.push(next);
     }
     let decode_tps = (n - 1) as f64 / t.elapsed().as_secs_f64();
@@ -144,9 +137,7 @@ pub fn bench_decode(
     out: &mut dyn Write,
 ) -> anyhow::Result<DecodeBenchReport> {
     let mut lm = LoadedModel::load(path)?;
-    let mut reader = BufReader::new(File::open(path)?);
-    let content = gguf_file::Content::read(&mut reader)?;
-    let mut reference = ModelWeights::from_gguf(content, &mut reader, &Device::Cpu)?;
+    let mut reference = CandleReference::load(path)?;
     let tokens = bench_tokens(&lm, 340)?;
     let prompt = &tokens[..128];
     let threads = candle_core::utils::get_num_threads();
@@ -162,7 +153,7 @@ pub fn bench_decode(
         let (op, od, oids) = run_ours(&mut lm.model, prompt, decode_tokens)?;
         let (rp, rd, rids) = run_reference(&mut reference, prompt, decode_tokens)?;
         agreement = oids.iter().zip(&rids).take_while(|(a, b)| a == b).count();
-        writeln!(out, "run {run}: ours {od:.1} tok/s decode, {op:.1} prompt; quantized_llama {rd:.1} decode, {rp:.1} prompt")?;
+        writeln!(out, "run {run}: ours {od:.1} tok/s decode, {op:.1} prompt; candle {rd:.1} decode, {rp:.1} prompt")?;
         ours_d.push(od);
         ref_d.push(rd);
         ours_p.push(op);
@@ -199,7 +190,7 @@ pub fn bench_decode(
     )?;
     writeln!(
         out,
-        "| quantized_llama | {:.1} | {:.1} |",
+        "| candle-transformers | {:.1} | {:.1} |",
         median(&report.reference_decode_tps),
         median(&report.reference_prompt_tps)
     )?;
@@ -231,7 +222,7 @@ pub fn bench_decode(
     }
     writeln!(
         out,
-        "\ngreedy agreement with quantized_llama: first {agreement} of {decode_tokens} tokens"
+        "\ngreedy agreement with candle-transformers: first {agreement} of {decode_tokens} tokens"
     )?;
     Ok(report)
 }
