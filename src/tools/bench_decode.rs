@@ -11,8 +11,9 @@ use serde::Serialize;
 use specgate_strategies::{argmax, TokenId};
 
 use crate::model::loaded::LoadedModel;
-use crate::tools::candle_reference::CandleReference;
 use crate::model::{LogitRows, MatmulBackend, SeqId, TargetBackend};
+use crate::tools::bench_lm_head::{self, lm_head_cost, LmHeadReport};
+use crate::tools::candle_reference::CandleReference;
 
 /// A fixed English passage; its tokens fill the prompt and the 300-token cache.
 const BENCH_TEXT: &str = "The harbour town woke before dawn. Fishermen checked their nets, \
@@ -36,6 +37,7 @@ pub struct DecodeBenchReport {
     pub verify_cost_candle_matmul: Vec<(usize, f64, f64)>,
     /// Leading greedy tokens on which ours and the reference agree.
     pub greedy_agreement: usize,
+    pub lm_head: LmHeadReport,
 }
 
 pub fn median(xs: &[f64]) -> f64 {
@@ -161,6 +163,7 @@ pub fn bench_decode(
     }
     let ns = [1, 2, 4, 8, 16];
     let verify_cost = verify_cost_curve(&mut lm.model, &tokens, 300, &ns, 15)?;
+    let lm_head = lm_head_cost(&mut lm.model, path, &tokens, 300, &[1, 8], 9)?;
     drop(reference);
     let mut on_candle = LoadedModel::load_with(path, MatmulBackend::Candle)?;
     let verify_cost_candle_matmul = verify_cost_curve(&mut on_candle.model, &tokens, 300, &ns, 7)?;
@@ -176,6 +179,7 @@ pub fn bench_decode(
         verify_cost,
         verify_cost_candle_matmul,
         greedy_agreement: agreement,
+        lm_head,
     };
     writeln!(
         out,
@@ -220,6 +224,7 @@ pub fn bench_decode(
             cs * 1e3
         )?;
     }
+    bench_lm_head::print(&report.lm_head, out)?;
     writeln!(
         out,
         "\ngreedy agreement with candle-transformers: first {agreement} of {decode_tokens} tokens"

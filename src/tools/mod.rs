@@ -2,10 +2,11 @@
 //! the soak, the shipped prompt sets, and routing policies as files.
 
 pub mod bench_decode;
-pub mod candle_reference;
+pub mod bench_lm_head;
 pub mod bench_policy;
 pub mod bench_spec;
 pub mod bench_store;
+pub mod candle_reference;
 pub mod loadgen;
 pub mod loadgen_report;
 pub mod policy_files;
