@@ -308,7 +308,7 @@ mod tests {
         let q: Vec<f32> = (0..20).map(|x| (x as f32 * 0.37).sin()).collect(); // 5 rows
         let mut all = vec![0.0f32; 20];
         causal_attention(windowed, qr(&q), &keys, &values, &mut all);
-        for r in 0..5 {
+        for r in 0..5usize {
             // Row r (position r) sees positions r - 1 and r only.
             let lo = r.saturating_sub(1);
             let (k, v) = (&keys[2 * lo..2 * (r + 1)], &values[2 * lo..2 * (r + 1)]);
