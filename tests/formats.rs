@@ -1,6 +1,6 @@
-//! Every weight format the engine promises (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, F16, F32) loads and
-//! runs, on tiny random models the test writes, and agrees with candle-transformers'
-//! `quantized_llama` on the same file.
+//! Every weight format the engine promises (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, F16,
+//! F32) loads and runs, on tiny random models the test writes, and agrees with
+//! candle-transformers' `quantized_llama` on the same file.
 
 mod common;
 
@@ -23,6 +23,7 @@ fn every_supported_format_loads_and_agrees_with_quantized_llama() {
         (GgmlDType::Q4_0, 32),
         (GgmlDType::Q4_1, 32),
         (GgmlDType::Q4K, 256),
+        (GgmlDType::Q5K, 256),
         (GgmlDType::Q6K, 256),
         (GgmlDType::F32, 256),
     ];

@@ -16,6 +16,18 @@ pub const Q4_0: u8 = 0;
 pub const Q4_1: u8 = 1;
 pub const Q8_0: u8 = 2;
 pub const Q6_K: u8 = 3;
+/// Q5_K in the kernel layout: 32 unsigned 5-bit values a block as bytes, d and a min.
+pub const Q5_K: u8 = 4;
+
+/// Formats whose weights are stored as whole unsigned bytes (no nibbles, no sign).
+pub const fn unsigned_bytes(f: u8) -> bool {
+    f == Q6_K || f == Q5_K
+}
+
+/// Formats with a min term (w = d·q + m), which takes the activations' block sums.
+pub const fn has_min(f: u8) -> bool {
+    f == Q4_1 || f == Q5_K
+}
 
 pub fn format_tag(format: QuantFormat) -> u8 {
     match format {
@@ -23,13 +35,14 @@ pub fn format_tag(format: QuantFormat) -> u8 {
         QuantFormat::Q4_1 => Q4_1,
         QuantFormat::Q8_0 => Q8_0,
         QuantFormat::Q6K => Q6_K,
+        QuantFormat::Q5K => Q5_K,
         QuantFormat::Q4K | QuantFormat::Q5_0 => format_tag(format.kernel()),
     }
 }
 
 /// Segments of 4 bytes per feature in a block of format `F`.
 const fn segments(f: u8) -> usize {
-    if f == Q8_0 || f == Q6_K {
+    if f == Q8_0 || unsigned_bytes(f) {
         8
     } else {
         4
@@ -51,7 +64,7 @@ fn block_dot<const F: u8>(
         for (k, &byte) in w.iter().enumerate() {
             isum += match F {
                 Q8_0 => (byte as i8) as i32 * y[4 * s + k] as i32,
-                Q6_K => byte as i32 * y[4 * s + k] as i32,
+                Q6_K | Q5_K => byte as i32 * y[4 * s + k] as i32,
                 _ => {
                     (byte & 15) as i32 * y[4 * s + k] as i32
                         + (byte >> 4) as i32 * y[16 + 4 * s + k] as i32
@@ -87,13 +100,13 @@ pub fn portable<const F: u8>(g: &GroupView, a: &Q8Batch, r0: usize, out: &mut [[
                 }
                 let dd = g.d.get(b * GROUP + lane) * a.d[i];
                 acc[lane] = dd.mul_add(isum as f32, acc[lane]);
-                if F == Q4_1 {
+                if has_min(F) {
                     ms[lane] = g.m.get(b * GROUP + lane).mul_add(a.s[i], ms[lane]);
                 }
             }
         }
         for lane in 0..GROUP {
-            o[lane] = if F == Q4_1 {
+            o[lane] = if has_min(F) {
                 acc[lane] + ms[lane]
             } else {
                 acc[lane]
@@ -124,16 +137,18 @@ mod tests {
                 .map(|_| rng.random_range(-0.1f32..0.1))
                 .collect(),
             m: match format {
-                QuantFormat::Q4_1 => (0..n).map(|_| rng.random_range(-1f32..1.0)).collect(),
+                QuantFormat::Q4_1 | QuantFormat::Q5K => {
+                    (0..n).map(|_| rng.random_range(-1f32..1.0)).collect()
+                }
                 _ => vec![],
             },
             qs: (0..n * format.quant_bytes())
                 .map(|_| {
                     let b: u8 = rng.random();
-                    if format == QuantFormat::Q6K {
-                        b & 63
-                    } else {
-                        b
+                    match format {
+                        QuantFormat::Q6K => b & 63,
+                        QuantFormat::Q5K => b & 31,
+                        _ => b,
                     }
                 })
                 .collect(),
@@ -154,6 +169,7 @@ mod tests {
             QuantFormat::Q4_1,
             QuantFormat::Q8_0,
             QuantFormat::Q6K,
+            QuantFormat::Q5K,
         ];
         for format in formats {
             let packed = group(format, blocks, &mut rng);
@@ -177,6 +193,7 @@ mod tests {
                 Q4_0 => (check!(Q4_0, 1), check!(Q4_0, 3), check!(Q4_0, 8)),
                 Q4_1 => (check!(Q4_1, 1), check!(Q4_1, 3), check!(Q4_1, 8)),
                 Q6_K => (check!(Q6_K, 1), check!(Q6_K, 3), check!(Q6_K, 8)),
+                Q5_K => (check!(Q5_K, 1), check!(Q5_K, 3), check!(Q5_K, 8)),
                 _ => (check!(Q8_0, 1), check!(Q8_0, 3), check!(Q8_0, 8)),
             };
         }

@@ -4,7 +4,9 @@
 //!   d = d_super·sc and m = −dmin·min (both products exact in f32: 11 × 6 bits);
 //! - Q6_K: sixteen sub-blocks of 16 six-bit values with i8 scales become 32-weight blocks of
 //!   the unsigned 6-bit values (0..63, the offset of 32 left for the kernel) with one scale per
-//!   half, d_super·sc (exact in f32: 11 × 8 bits).
+//!   half, d_super·sc (exact in f32: 11 × 8 bits);
+//! - Q5_K: as Q4_K with a fifth bit per weight from `qh`: 32-weight blocks of the values
+//!   0..31 as bytes with d = d_super·sc and m = −dmin·min.
 
 use half::f16;
 
@@ -14,6 +16,7 @@ use crate::quantize::QK;
 pub const QK_K: usize = 256;
 pub const Q4_K_BYTES: usize = 144;
 pub const Q6_K_BYTES: usize = 210;
+pub const Q5_K_BYTES: usize = 176;
 
 fn half(b: &[u8]) -> f32 {
     f16::from_le_bytes([b[0], b[1]]).to_f32()
@@ -51,6 +54,32 @@ pub fn q4_k_as_q4_1(bytes: &[u8]) -> Canonical {
                 }
             };
             c.qs.extend((0..16).map(|i| nib(i) | (nib(i + 16) << 4)));
+        }
+    }
+    c
+}
+
+/// Q5_K super-blocks → 32-weight blocks of bytes 0..31 with d and m (ggml's
+/// `dequantize_row_q5_K`: sub-block j's low four bits are the low (j even) or high nibbles
+/// of `qs[32 (j / 2)..]`, its fifth bit is bit j of `qh[l]`).
+pub fn q5_k_as_bytes(bytes: &[u8]) -> Canonical {
+    let mut c = Canonical::default();
+    for sb in bytes.chunks_exact(Q5_K_BYTES) {
+        let (d, dmin) = (half(&sb[0..2]), half(&sb[2..4]));
+        let (scales, qh, qs) = (&sb[4..16], &sb[16..48], &sb[48..176]);
+        for j in 0..QK_K / QK {
+            let (sc, m) = scale_min_k4(j, scales);
+            c.d.push(d * sc as f32);
+            c.m.push(-(dmin * m as f32));
+            let src = &qs[32 * (j / 2)..][..32];
+            c.qs.extend((0..QK).map(|l| {
+                let low = if j % 2 == 0 {
+                    src[l] & 0xF
+                } else {
+                    src[l] >> 4
+                };
+                low | (((qh[l] >> j) & 1) << 4)
+            }));
         }
     }
     c
@@ -110,6 +139,27 @@ mod tests {
         y
     }
 
+    fn ggml_q5_k(sb: &[u8]) -> Vec<f32> {
+        let (d, min) = (half(&sb[0..2]), half(&sb[2..4]));
+        let (qh, mut ql) = (&sb[16..48], &sb[48..]);
+        let mut y = Vec::new();
+        let (mut is, mut u1, mut u2) = (0, 1u8, 2u8);
+        for _ in (0..QK_K).step_by(64) {
+            let (sc, m) = scale_min_k4(is, &sb[4..16]);
+            let (d1, m1) = (d * sc as f32, min * m as f32);
+            let (sc, m) = scale_min_k4(is + 1, &sb[4..16]);
+            let (d2, m2) = (d * sc as f32, min * m as f32);
+            let hi = |l: usize, u: u8| if qh[l] & u != 0 { 16.0 } else { 0.0 };
+            y.extend((0..32).map(|l| d1 * ((ql[l] & 0xF) as f32 + hi(l, u1)) - m1));
+            y.extend((0..32).map(|l| d2 * ((ql[l] >> 4) as f32 + hi(l, u2)) - m2));
+            ql = &ql[32..];
+            is += 2;
+            u1 <<= 2;
+            u2 <<= 2;
+        }
+        y
+    }
+
     fn ggml_q6_k(sb: &[u8]) -> Vec<f32> {
         let d = half(&sb[208..210]);
         let mut y = vec![0.0f32; QK_K];
@@ -145,10 +195,10 @@ mod tests {
     fn superblocks(kind_bytes: usize, count: usize, seed: u32) -> Vec<u8> {
         let mut b = bytes(kind_bytes * count, seed);
         for sb in b.chunks_exact_mut(kind_bytes) {
-            let at = if kind_bytes == Q4_K_BYTES {
-                [0, 2]
-            } else {
+            let at = if kind_bytes == Q6_K_BYTES {
                 [208, 208]
+            } else {
+                [0, 2]
             };
             for a in at {
                 sb[a..a + 2].copy_from_slice(&f16::from_f32(0.0123).to_le_bytes());
@@ -170,6 +220,22 @@ mod tests {
                     let (a, b) = ((q[l] & 0xF) as f32, (q[l] >> 4) as f32);
                     assert_eq!(c.d[i] * a + c.m[i], w[l], "sb {s} block {j} [{l}]");
                     assert_eq!(c.d[i] * b + c.m[i], w[l + 16], "sb {s} block {j} [{l}+16]");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q5_k_blocks_dequantize_to_ggml_values_exactly() {
+        let raw = superblocks(Q5_K_BYTES, 3, 8);
+        let c = q5_k_as_bytes(&raw);
+        for (s, sb) in raw.chunks_exact(Q5_K_BYTES).enumerate() {
+            for (j, w) in ggml_q5_k(sb).chunks(QK).enumerate() {
+                let i = s * 8 + j;
+                for (l, &want) in w.iter().enumerate() {
+                    let q = c.qs[i * QK + l];
+                    assert!(q < 32);
+                    assert_eq!(c.d[i] * q as f32 + c.m[i], want, "sb {s} block {j} [{l}]");
                 }
             }
         }

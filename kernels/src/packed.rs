@@ -34,13 +34,16 @@ pub enum QuantFormat {
     /// 256 weights: 6-bit values with an i8 scale per 16; w = d·sc·(q − 32). In the kernel
     /// layout: 32 unsigned 6-bit values per block, one scale per half.
     Q6K,
+    /// 256 weights: 5-bit values with 6-bit scales and mins per 32; w = d·sc·q − dmin·min.
+    /// In the kernel layout: 32 unsigned 5-bit values as bytes per block, d and m.
+    Q5K,
 }
 
 impl QuantFormat {
     /// Weights per GGUF block.
     pub fn block_weights(self) -> usize {
         match self {
-            Self::Q4K | Self::Q6K => crate::kquants::QK_K,
+            Self::Q4K | Self::Q5K | Self::Q6K => crate::kquants::QK_K,
             _ => QK,
         }
     }
@@ -54,6 +57,7 @@ impl QuantFormat {
             Self::Q5_0 => crate::q5_0::Q5_0_BYTES,
             Self::Q4K => crate::kquants::Q4_K_BYTES,
             Self::Q6K => crate::kquants::Q6_K_BYTES,
+            Self::Q5K => crate::kquants::Q5_K_BYTES,
         }
     }
 
@@ -69,7 +73,7 @@ impl QuantFormat {
     /// Bytes of quantized values per 32 weights, in the kernel layout.
     pub fn quant_bytes(self) -> usize {
         match self.kernel() {
-            Self::Q8_0 | Self::Q6K => QK,
+            Self::Q8_0 | Self::Q6K | Self::Q5K => QK,
             _ => QK / 2,
         }
     }
@@ -81,6 +85,11 @@ impl QuantFormat {
         } else {
             1
         }
+    }
+
+    /// Whether the kernel layout carries a min per block (w = d·q + m).
+    pub fn has_min(self) -> bool {
+        matches!(self, Self::Q4_1 | Self::Q5K)
     }
 
     /// 64-byte segments per (group, block).
@@ -179,7 +188,7 @@ impl Packed {
     pub fn pack(format: QuantFormat, features: usize, blocks: usize, c: &Canonical) -> Self {
         let groups = features.div_ceil(GROUP);
         let (qb, segs, ns) = (format.quant_bytes(), format.segments(), format.scales());
-        let with_m = format == QuantFormat::Q4_1;
+        let with_m = format.has_min();
         let mut qs = vec![0; groups * blocks * GROUP * qb];
         let mut d = vec![0.0; groups * blocks * GROUP * ns];
         let mut m = vec![0.0; if with_m { groups * blocks * GROUP } else { 0 }];
@@ -261,12 +270,13 @@ mod tests {
             QuantFormat::Q4_1,
             QuantFormat::Q8_0,
             QuantFormat::Q6K,
+            QuantFormat::Q5K,
         ] {
             let (features, blocks) = (21, 3);
             let n = features * blocks;
             let c = Canonical {
                 d: (0..n * format.scales()).map(|i| i as f32).collect(),
-                m: if format == QuantFormat::Q4_1 {
+                m: if format.has_min() {
                     (0..n).map(|i| -(i as f32)).collect()
                 } else {
                     vec![]

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q6_K, Q8_0};
+use crate::gemm::{self, format_tag, Q4_0, Q4_1, Q5_K, Q6_K, Q8_0};
 pub use crate::packed::QuantFormat;
 use crate::packed::{Canonical, GroupView, Packed, GROUP};
 use crate::quantize::{quantize_rows_into, quantize_rows_k_into, Q8Batch, QK};
@@ -68,6 +68,7 @@ impl QuantMatrix {
         let c = match format {
             QuantFormat::Q4K => kquants::q4_k_as_q4_1(bytes),
             QuantFormat::Q6K => kquants::q6_k_as_halves(bytes),
+            QuantFormat::Q5K => kquants::q5_k_as_bytes(bytes),
             QuantFormat::Q5_0 => q5_0::q5_0_as_q8_0(bytes),
             _ => simple_blocks(format, bytes),
         };
@@ -143,6 +144,11 @@ impl QuantMatrix {
                 QuantFormat::Q8_0 => {
                     for (j, &v) in q.iter().enumerate() {
                         o[j] = d * (v as i8) as f32;
+                    }
+                }
+                QuantFormat::Q5K => {
+                    for (j, &v) in q.iter().enumerate() {
+                        o[j] = d * v as f32 + c.m[i];
                     }
                 }
                 QuantFormat::Q6K => {
@@ -376,6 +382,7 @@ fn tile(
                 Q4_0 => sized!($k, Q4_0),
                 Q4_1 => sized!($k, Q4_1),
                 Q6_K => sized!($k, Q6_K),
+                Q5_K => sized!($k, Q5_K),
                 _ => sized!($k, Q8_0),
             }
         };
@@ -399,6 +406,7 @@ fn tile(
         Q4_0 => gemm::portable::<Q4_0>(g, a, r0, out),
         Q4_1 => gemm::portable::<Q4_1>(g, a, r0, out),
         Q6_K => gemm::portable::<Q6_K>(g, a, r0, out),
+        Q5_K => gemm::portable::<Q5_K>(g, a, r0, out),
         _ => gemm::portable::<Q8_0>(g, a, r0, out),
     }
 }

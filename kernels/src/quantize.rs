@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(&out.qs[..4], &[0, 0, 0, -127]);
         // 63.5 and 0.5 round half to even: 64 and 0.
         assert_eq!((out.qs[9], out.qs[10], out.qs[100]), (127, 64, 0));
-        assert_eq!(out.sums16[0], -127 + 127 + 64);
+        assert_eq!(out.sums16[0], 64, "−127 + 127 + 64");
         assert!(out.qs[256..].iter().all(|&q| q == 0));
     }
 

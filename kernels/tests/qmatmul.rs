@@ -23,10 +23,10 @@ fn random_bytes(format: QuantFormat, blocks: usize, rng: &mut ChaCha8Rng) -> Vec
             // K-quants: random quants, scales and mins; f16 super-block scales set.
             let start = out.len();
             out.extend((0..format.block_bytes()).map(|_| rng.random::<u8>()));
-            let at = if format == QuantFormat::Q4K {
-                [0, 2]
-            } else {
+            let at = if format == QuantFormat::Q6K {
                 [208, 208]
+            } else {
+                [0, 2]
             };
             for a in at {
                 let v = half(scale(b, rng));
@@ -74,6 +74,7 @@ fn simd_equals_reference_and_both_track_the_float_product() {
         QuantFormat::Q8_0,
         QuantFormat::Q5_0,
         QuantFormat::Q4K,
+        QuantFormat::Q5K,
         QuantFormat::Q6K,
     ];
     for format in formats {

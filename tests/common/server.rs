@@ -35,11 +35,22 @@ impl Server {
 
     /// Start with exactly these `serve` flags (the store among them).
     pub fn start_with(extra: &[&str]) -> Server {
-        Self::start_model(&super::model_path(), extra)
+        Self::serve(&super::model_path(), extra)
+    }
+
+    /// Serve `model` with extra flags and a store of its own.
+    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
+        let db = tempfile::tempdir().expect("temp dir");
+        let store = db.path().join("store");
+        let mut args = vec!["--db", store.to_str().expect("a UTF-8 temp path")];
+        args.extend_from_slice(extra);
+        let mut s = Self::serve(model, &args);
+        s._db = Some(db);
+        s
     }
 
     /// Serve `model` with exactly these flags.
-    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
+    fn serve(model: &std::path::Path, extra: &[&str]) -> Server {
         let model = model.to_path_buf();
         let mut child = Command::new(env!("CARGO_BIN_EXE_specgate"))
             .arg("serve")

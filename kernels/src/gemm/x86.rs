@@ -44,7 +44,7 @@ pub(super) unsafe fn prefetch_blocks<const F: u8>(g: &GroupView, at: usize) {
         2 * segs * GROUP * 4,
     );
     prefetch_scales(g.d, at * scales * GROUP, 2 * scales * GROUP);
-    if F == Q4_1 {
+    if has_min(F) {
         prefetch_scales(g.m, at * GROUP, 2 * GROUP);
     }
 }
@@ -97,7 +97,7 @@ pub unsafe fn tile512<const F: u8, const R: usize>(
         }
     }
     for t in 0..R {
-        let v = if F == Q4_1 {
+        let v = if has_min(F) {
             _mm512_add_ps(acc[t], ms[t])
         } else {
             acc[t]
@@ -113,7 +113,7 @@ const fn split512(f: u8, rows: usize) -> bool {
 }
 
 /// A block's eight segments of the group's weights as unsigned bytes: 4-bit formats their
-/// low then high nibbles, Q8_0 w + 128, Q6_K as stored.
+/// low then high nibbles, Q8_0 w + 128, Q6_K and Q5_K as stored.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
 unsafe fn weights512<const F: u8>(qs: *const u8) -> [__m512i; 8] {
@@ -123,7 +123,7 @@ unsafe fn weights512<const F: u8>(qs: *const u8) -> [__m512i; 8] {
             let v = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
             *w = _mm512_xor_si512(v, _mm512_set1_epi8(-128)); // w + 128, unsigned
         }
-    } else if F == Q6_K {
+    } else if unsigned_bytes(F) {
         for (c, w) in w.iter_mut().enumerate() {
             *w = _mm512_loadu_si512(qs.add(c * 64) as *const __m512i);
         }
@@ -180,7 +180,7 @@ impl BlockScales512 {
         Self {
             d: scales16(g.d, b * per_block * GROUP),
             d2: scales16(g.d, (b * per_block + per_block - 1) * GROUP),
-            m: if F == Q4_1 {
+            m: if has_min(F) {
                 scales16(g.m, b * GROUP)
             } else {
                 _mm512_setzero_ps()
@@ -226,7 +226,7 @@ unsafe fn scale_row512<const F: u8, const R: usize>(
         isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * a.sum(i)));
     }
     *acc = _mm512_fmadd_ps(_mm512_mul_ps(s.d, ad), _mm512_cvtepi32_ps(isum), *acc);
-    if F == Q4_1 {
+    if has_min(F) {
         *ms = _mm512_fmadd_ps(s.m, _mm512_set1_ps(*a.s.get_unchecked(i)), *ms);
     }
 }

@@ -53,7 +53,7 @@ macro_rules! tile256 {
                     }
                     let qs = g.qs.as_ptr().add(b * segs * GROUP * 4 + h * 32);
                     let mut w = [_mm256_setzero_si256(); 8];
-                    if F == Q8_0 || F == Q6_K {
+                    if F == Q8_0 || unsigned_bytes(F) {
                         for (c, w) in w.iter_mut().enumerate() {
                             *w = _mm256_loadu_si256(qs.add(c * 64) as *const __m256i);
                         }
@@ -65,7 +65,7 @@ macro_rules! tile256 {
                         }
                     }
                     let wd = scales8(g.d, b * scales * GROUP + h * 8);
-                    let wm = if F == Q4_1 {
+                    let wm = if has_min(F) {
                         scales8(g.m, b * GROUP + h * 8)
                     } else {
                         _mm256_setzero_ps()
@@ -98,6 +98,14 @@ macro_rules! tile256 {
                                 isum = $dot(isum, x, yc);
                             }
                             isum
+                        } else if F == Q5_K {
+                            // Whole bytes (0..=31): a dot per segment, widened each time
+                            // (eight segments' i16 pair sums could reach 62 992).
+                            let mut isum = _mm256_setzero_si256();
+                            for (c, &wc) in w.iter().enumerate() {
+                                isum = $dot(isum, wc, _mm256_set1_epi32(chunk(y, c)));
+                            }
+                            isum
                         } else {
                             $nibbles(&w, y)
                         };
@@ -107,14 +115,14 @@ macro_rules! tile256 {
                         }
                         let dd = _mm256_mul_ps(wd, _mm256_set1_ps(*a.d.get_unchecked(i)));
                         acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
-                        if F == Q4_1 {
+                        if has_min(F) {
                             let s = _mm256_set1_ps(*a.s.get_unchecked(i));
                             ms[t] = _mm256_fmadd_ps(wm, s, ms[t]);
                         }
                     }
                 }
                 for t in 0..R {
-                    let v = if F == Q4_1 {
+                    let v = if has_min(F) {
                         _mm256_add_ps(acc[t], ms[t])
                     } else {
                         acc[t]

@@ -1,6 +1,6 @@
 //! A linear layer over quantized GGUF weights: `y = x · Wᵀ` for a batch of rows.
 //!
-//! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights run on specgate-kernels' quantized matmul
+//! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights run on specgate-kernels' quantized matmul
 //! (each weight group read once for all rows of a call); F16/F32 weights, or every format
 //! with [`MatmulBackend::Candle`], run on candle's `QMatMul`, which stays as the reference.
 //! Other quantized types are refused at load.
@@ -17,7 +17,7 @@ enum Backend {
 }
 
 /// The weight types the engine serves, named when a file holds another.
-pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K";
+pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K";
 
 pub struct Linear {
     backend: Backend,
@@ -48,6 +48,7 @@ impl Linear {
             GgmlDType::Q5_0 => Some(QuantFormat::Q5_0),
             GgmlDType::Q8_0 => Some(QuantFormat::Q8_0),
             GgmlDType::Q4K => Some(QuantFormat::Q4K),
+            GgmlDType::Q5K => Some(QuantFormat::Q5K),
             GgmlDType::Q6K => Some(QuantFormat::Q6K),
             _ => None,
         };

@@ -210,7 +210,7 @@ fn load_layer(
         tensors.get(&name("attn_k.weight"))?,
         tensors.get(&name("attn_v.weight"))?,
     ];
-    let biases = ["attn_q.bias", "attn_k.bias", "attn_v.bias"].map(|b| name(b));
+    let biases = ["attn_q.bias", "attn_k.bias", "attn_v.bias"].map(&name);
     let qkv_bias = match biases.iter().any(|b| tensors.has(b)) {
         false => None,
         true => {

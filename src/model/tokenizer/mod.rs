@@ -34,8 +34,11 @@ fn md_err(key: &str, e: impl std::fmt::Display) -> TokenizerError {
 }
 
 enum Model {
-    Bpe(tokenizers::Tokenizer),
-    Spm { spm: Spm, specials: SpecialTokens },
+    Bpe(Box<tokenizers::Tokenizer>),
+    Spm {
+        spm: Box<Spm>,
+        specials: SpecialTokens,
+    },
 }
 
 /// A model's tokenizer plus the ids the generation loop needs.
@@ -104,7 +107,10 @@ impl Tokenizer {
         let eos = id("tokenizer.ggml.eos_token_id")
             .ok_or_else(|| md_err("tokenizer.ggml.eos_token_id", "missing"))?;
         let (model, add_bos_default) = match kind {
-            Some("gpt2") => (Model::Bpe(bpe::from_gguf(md, &tokens, &special)?), false),
+            Some("gpt2") => (
+                Model::Bpe(Box::new(bpe::from_gguf(md, &tokens, &special)?)),
+                false,
+            ),
             Some("llama") => {
                 let scores = numbers(md, "tokenizer.ggml.scores", tokens.len(), 0.0, |v| {
                     v.to_f32().ok()
@@ -119,7 +125,7 @@ impl Tokenizer {
                         .collect(),
                 )?;
                 let prefix = flag(md, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
-                let spm = Spm::new(tokens, scores, &types, prefix);
+                let spm = Box::new(Spm::new(tokens, scores, &types, prefix));
                 (Model::Spm { spm, specials }, true)
             }
             other => {
