@@ -1,7 +1,7 @@
 //! Multiply-accumulates per second of the quantized matmul at a given number of rows, on the
 //! pool's threads (`RAYON_NUM_THREADS=1` for one), for one weight format:
 //! `cargo run --release -p specgate-kernels --example kernel_rate -- ROWS [CALLS] [COPIES]
-//! [FORMAT]` with FORMAT one of q4_0, q4_1 (the default), q5_0, q8_0, q4_k, q6_k. The
+//! [FORMAT]` with FORMAT one of q4_0, q4_1 (the default), q5_0, q8_0, q4_k, q5_k, q6_k. The
 //! matrix is 640 × 2048 (Gemma 3 270M's FFN down) whatever the format. Against the
 //! machine's cycle rate it says how near the kernel runs to its issue bound
 //! (`llvm-mca -mcpu=znver3` on the Q4_1 inner loop: about 8.5 cycles per 256 multiply-adds).
@@ -43,6 +43,7 @@ fn main() {
         "q5_0" => QuantFormat::Q5_0,
         "q8_0" => QuantFormat::Q8_0,
         "q4_k" => QuantFormat::Q4K,
+        "q5_k" => QuantFormat::Q5K,
         "q6_k" => QuantFormat::Q6K,
         _ => QuantFormat::Q4_1,
     };
