@@ -47,6 +47,8 @@ pub struct Tokenizer {
     eos: TokenId,
     /// The id a prompt starts with where the model asks for one (`add_bos_token`).
     bos: Option<TokenId>,
+    /// Whether a prompt ends with EOS (`add_eos_token`, as llama.cpp's tokenizer adds it).
+    add_eos: bool,
     special: Vec<bool>, // [vocab] true for control and user-defined tokens
     chat_template: Option<String>,
 }
@@ -136,6 +138,7 @@ impl Tokenizer {
         };
         let add_bos = flag(md, "tokenizer.ggml.add_bos_token").unwrap_or(add_bos_default);
         let bos = id("tokenizer.ggml.bos_token_id").filter(|_| add_bos);
+        let add_eos = flag(md, "tokenizer.ggml.add_eos_token").unwrap_or(false);
         let chat_template = md
             .get("tokenizer.chat_template")
             .and_then(|v| v.to_string().ok())
@@ -144,6 +147,7 @@ impl Tokenizer {
             model,
             eos,
             bos,
+            add_eos,
             special,
             chat_template,
         })
@@ -162,13 +166,17 @@ impl Tokenizer {
     }
 
     /// A prompt's ids: [`Tokenizer::encode`], after the BOS token where the model wants one
-    /// and the text does not already start with it (a chat template may write it).
+    /// and the text does not already start with it (a chat template may write it), and
+    /// before EOS where the model wants that (`add_eos_token`).
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<TokenId>, TokenizerError> {
-        let ids = self.encode(text)?;
-        Ok(match self.bos {
-            Some(bos) if ids.first() != Some(&bos) => std::iter::once(bos).chain(ids).collect(),
-            _ => ids,
-        })
+        let mut ids = self.encode(text)?;
+        if let Some(bos) = self.bos.filter(|&b| ids.first() != Some(&b)) {
+            ids.insert(0, bos);
+        }
+        if self.add_eos && ids.last() != Some(&self.eos) {
+            ids.push(self.eos);
+        }
+        Ok(ids)
     }
 
     /// Text for ids, special tokens included as written (round-trips `encode`).
@@ -289,5 +297,63 @@ impl StreamDecoder {
             .get(before.len()..)
             .filter(|p| !p.is_empty())
             .map(str::to_string))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SentencePiece vocabulary's metadata, with the BOS / EOS flags given.
+    fn spm_metadata(add_bos: bool, add_eos: bool) -> HashMap<String, Value> {
+        let tokens = [
+            "<pad>", "<eos>", "<bos>", "<turn>", "▁", "a", "b", "▁a", "ab",
+        ];
+        let types = [3, 3, 3, 3, 1, 1, 1, 1, 1];
+        let strings =
+            |v: &[&str]| Value::Array(v.iter().map(|t| Value::String(t.to_string())).collect());
+        HashMap::from([
+            ("tokenizer.ggml.model".into(), Value::String("llama".into())),
+            ("tokenizer.ggml.tokens".into(), strings(&tokens)),
+            (
+                "tokenizer.ggml.token_type".into(),
+                Value::Array(types.map(Value::I32).to_vec()),
+            ),
+            (
+                "tokenizer.ggml.scores".into(),
+                Value::Array([0.0f32; 9].map(Value::F32).to_vec()),
+            ),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(2)),
+            ("tokenizer.ggml.add_bos_token".into(), Value::Bool(add_bos)),
+            ("tokenizer.ggml.add_eos_token".into(), Value::Bool(add_eos)),
+            ("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false)),
+        ])
+    }
+
+    #[test]
+    fn prompts_get_bos_and_eos_as_the_model_asks() {
+        let tok = Tokenizer::from_gguf_metadata(&spm_metadata(true, true)).unwrap();
+        assert_eq!(tok.encode("ab a").unwrap(), vec![8, 7]);
+        assert_eq!(tok.encode_prompt("ab a").unwrap(), vec![2, 8, 7, 1]);
+        // A template that already wrote BOS does not get a second one.
+        assert_eq!(tok.encode_prompt("<bos><turn>a").unwrap(), vec![2, 3, 5, 1]);
+        assert_eq!(tok.decode(&[2, 8, 7]).unwrap(), "<bos>ab a");
+        let plain = Tokenizer::from_gguf_metadata(&spm_metadata(false, false)).unwrap();
+        assert_eq!(plain.encode_prompt("ab").unwrap(), vec![8]);
+    }
+
+    #[test]
+    fn an_unknown_tokenizer_model_or_pre_tokenizer_is_refused_by_name() {
+        let mut md = spm_metadata(true, false);
+        md.insert("tokenizer.ggml.model".into(), Value::String("rwkv".into()));
+        let e = Tokenizer::from_gguf_metadata(&md)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("\"rwkv\"") && e.contains("supported: gpt2, llama"),
+            "{e}"
+        );
     }
 }
