@@ -9,7 +9,9 @@ mod common;
 use std::collections::HashMap;
 
 use serde::Deserialize;
+use specgate::engine::generate::{generate, GenerateParams};
 use specgate::model::LogitRows;
+use specgate_strategies::PlainDrafter;
 
 #[derive(Deserialize)]
 struct Case {
@@ -145,4 +147,51 @@ fn first_logits_and_greedy_tokens_track_llama_cpp() {
             "prompt {n} position {i}: gap {gap} is not a near-tie"
         );
     }
+}
+
+/// Free-running: our greedy output equals llama.cpp's until the first position where
+/// llama.cpp's own top-2 gap lies inside the band its own variants leave it at.
+#[test]
+fn greedy_output_equals_llama_cpps_up_to_its_first_near_tie() {
+    let reference = reference();
+    let band = 2.0
+        * reference
+            .prompts
+            .iter()
+            .flat_map(|p| p.llama_cpp_self_divergence.values().flatten())
+            .map(|d| d.top2_gap)
+            .fold(0.0, f32::max);
+    let mut lm = common::gemma();
+    let lm = &mut *lm;
+    let mut equal_prefixes = Vec::new();
+    for (n, p) in reference.prompts.iter().enumerate() {
+        let params = GenerateParams::greedy(p.output_ids.len(), 0);
+        let ours = generate(
+            &mut lm.model,
+            &lm.tokenizer,
+            &p.prompt_ids,
+            &params,
+            &mut PlainDrafter,
+            |_| {},
+        )
+        .unwrap();
+        let same = ours
+            .token_ids
+            .iter()
+            .zip(&p.output_ids)
+            .take_while(|(a, b)| a == b)
+            .count();
+        equal_prefixes.push(same);
+        if same < p.output_ids.len() {
+            let gap = p.top2_gaps[same];
+            assert!(
+                gap < band,
+                "prompt {n}: we left llama.cpp's output at token {same}, where its top-2 gap \
+                 is {gap} (band {band})"
+            );
+        }
+    }
+    eprintln!(
+        "tokens equal to llama.cpp's before the first near-tie, per prompt: {equal_prefixes:?}"
+    );
 }

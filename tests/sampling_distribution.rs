@@ -8,11 +8,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
+use common::distribution::Samples;
 use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
-use specgate::engine::generate::{generate, GenerateParams};
-use specgate::{SamplingParams, TokenId};
+use specgate::SamplingParams;
 
 const SAMPLES: u64 = 2000;
 const TOKENS: usize = 3;
@@ -45,31 +43,17 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
         medusa_heads: None,
     };
     let mut drafter = StrategyKind::Medusa.build(&cfg, &lm.tokenizer).unwrap();
-    let mut counts: BTreeMap<Vec<TokenId>, u64> = BTreeMap::new();
-    let (mut drafted, mut accepted) = (0u64, 0u64);
-    for seed in 0..SAMPLES {
-        let params = GenerateParams {
-            max_tokens: TOKENS,
-            sampling: sampling(),
-            seed,
-            stop: vec![],
-            max_draft_tokens: 2,
-            adaptive_k: false,
-            row_cost: None,
-        };
-        let out = generate(
-            &mut lm.model,
-            &lm.tokenizer,
-            &prompt,
-            &params,
-            drafter.as_mut(),
-            |_| {},
-        )
-        .unwrap();
-        drafted += out.stats.drafted;
-        accepted += out.stats.accepted;
-        *counts.entry(out.token_ids).or_default() += 1;
-    }
+    let Samples {
+        counts,
+        drafted,
+        accepted,
+    } = common::distribution::sample(
+        lm,
+        drafter.as_mut(),
+        &prompt,
+        &sampling(),
+        (TOKENS, 2, SAMPLES),
+    );
     // The drafts were judged both ways, so acceptance and the residual both shaped the output.
     assert!(
         accepted > SAMPLES / 20 && drafted - accepted > SAMPLES / 20,

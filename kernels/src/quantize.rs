@@ -21,6 +21,19 @@ pub struct Q8Batch {
 }
 
 impl Q8Batch {
+    /// Size the buffers for `len` values in rows of `dim`; returns the rows.
+    fn resize_for(&mut self, len: usize, dim: usize) -> usize {
+        let rows = len / dim;
+        let blocks = dim / QK;
+        (self.rows, self.blocks) = (rows, blocks);
+        let n = rows * blocks;
+        self.d.resize(n, 0.0);
+        self.s.resize(n, 0.0);
+        self.sums16.resize(2 * n, 0);
+        self.qs.resize(n * QK, 0);
+        rows
+    }
+
     /// Σq of block `i` (formats with an offset take it out).
     #[inline(always)]
     pub fn sum(&self, i: usize) -> i32 {
@@ -44,14 +57,7 @@ pub fn quantize_rows_with(xs: &[f32], dim: usize, simd: bool) -> Q8Batch {
 /// [`quantize_rows_with`] into `out`, reusing its buffers (no allocation once they are large
 /// enough).
 pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch) {
-    let rows = xs.len() / dim;
-    let blocks = dim / QK;
-    (out.rows, out.blocks) = (rows, blocks);
-    let n = rows * blocks;
-    out.d.resize(n, 0.0);
-    out.s.resize(n, 0.0);
-    out.sums16.resize(2 * n, 0);
-    out.qs.resize(n * QK, 0);
+    let rows = out.resize_for(xs.len(), dim);
     let xs = &xs[..rows * dim];
     #[cfg(target_arch = "x86_64")]
     if simd && crate::cpu_has_avx2() {
@@ -82,14 +88,7 @@ pub fn quantize_rows_into(xs: &[f32], dim: usize, simd: bool, out: &mut Q8Batch)
 /// are ggml's `bsums`.
 pub fn quantize_rows_k_into(xs: &[f32], dim: usize, out: &mut Q8Batch) {
     const QK_K: usize = 256;
-    let rows = xs.len() / dim;
-    let blocks = dim / QK;
-    (out.rows, out.blocks) = (rows, blocks);
-    let n = rows * blocks;
-    out.d.resize(n, 0.0);
-    out.s.resize(n, 0.0);
-    out.sums16.resize(2 * n, 0);
-    out.qs.resize(n * QK, 0);
+    let rows = out.resize_for(xs.len(), dim);
     for (sb, (x, qs)) in xs[..rows * dim]
         .chunks_exact(QK_K)
         .zip(out.qs.chunks_exact_mut(QK_K))

@@ -257,4 +257,59 @@ mod tests {
         let long = ModelConfig::from_metadata(&metadata(&[("llama.context_length", u32::MAX)]));
         assert_eq!(long.unwrap().context_length, MAX_CONTEXT);
     }
+
+    /// Gemma 3 270M's metadata: key heads wider than hidden / heads, five sliding-window
+    /// layers (base 10 000) to one global (its own base), embeddings scaled by √640.
+    #[test]
+    fn gemma3_layers_windows_and_rotary_bases_read_from_the_metadata() {
+        let mut md: HashMap<String, Value> = [
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 1),
+            ("attention.key_length", 256),
+            ("attention.value_length", 256),
+            ("embedding_length", 640),
+            ("block_count", 18),
+            ("feed_forward_length", 2048),
+            ("context_length", 32768),
+            ("attention.sliding_window", 512),
+            ("vocab_size", 262_144),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("gemma3.{k}"), Value::U32(v)))
+        .collect();
+        md.insert(
+            "general.architecture".into(),
+            Value::String("gemma3".into()),
+        );
+        md.insert("gemma3.rope.freq_base".into(), Value::F32(1e6));
+        let c = ModelConfig::from_metadata(&md).unwrap();
+        assert_eq!(
+            (c.arch, c.head_dim, c.n_heads * c.head_dim),
+            (Arch::Gemma3, 256, 1024)
+        );
+        let global: Vec<usize> = (0..18).filter(|&l| c.layer_window(l).is_none()).collect();
+        assert_eq!(global, vec![5, 11, 17]);
+        assert_eq!(c.layer_window(0), Some(512));
+        assert_eq!(
+            (c.layer_rope_base(0), c.layer_rope_base(5)),
+            (10_000.0, 1e6)
+        );
+        assert_eq!(c.embed_scale(), Some(640f32.sqrt()));
+        // Value heads of another width, and YaRN, are refused rather than served wrongly.
+        let mut odd = md.clone();
+        odd.insert("gemma3.attention.value_length".into(), Value::U32(128));
+        assert!(matches!(
+            ModelConfig::from_metadata(&odd),
+            Err(ModelError::Unsupported(_))
+        ));
+        md.insert(
+            "gemma3.rope.scaling.type".into(),
+            Value::String("yarn".into()),
+        );
+        let e = ModelConfig::from_metadata(&md).unwrap_err().to_string();
+        assert!(
+            e.contains("yarn") && e.contains("supported: none, linear"),
+            "{e}"
+        );
+    }
 }

@@ -48,6 +48,54 @@ pub fn exact(
     out
 }
 
+/// What speculative sampling drew: outcome counts, drafted and accepted tokens.
+pub struct Samples {
+    pub counts: BTreeMap<Vec<TokenId>, u64>,
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
+/// `n` outputs of up to `tokens` tokens after `prompt`, seeds 0..n, drafting k tokens a
+/// round with `drafter`.
+pub fn sample(
+    lm: &mut LoadedModel,
+    drafter: &mut dyn specgate_strategies::Drafter,
+    prompt: &[TokenId],
+    sampling: &SamplingParams,
+    (tokens, k, n): (usize, usize, u64),
+) -> Samples {
+    use specgate::engine::generate::{generate, GenerateParams};
+    let mut s = Samples {
+        counts: BTreeMap::new(),
+        drafted: 0,
+        accepted: 0,
+    };
+    for seed in 0..n {
+        let params = GenerateParams {
+            max_tokens: tokens,
+            sampling: *sampling,
+            seed,
+            stop: vec![],
+            max_draft_tokens: k,
+            adaptive_k: false,
+            row_cost: None,
+        };
+        let out = generate(
+            &mut lm.model,
+            &lm.tokenizer,
+            prompt,
+            &params,
+            drafter,
+            |_| {},
+        )
+        .unwrap();
+        s.drafted += out.stats.drafted;
+        s.accepted += out.stats.accepted;
+        *s.counts.entry(out.token_ids).or_default() += 1;
+    }
+    s
+}
+
 /// The chi-square critical value at significance 0.001 (Wilson–Hilferty).
 fn chi2_critical(df: f64) -> f64 {
     let z = 3.09;

@@ -75,3 +75,43 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// The top-2 logit gap of plain decoding after `prefix`.
+pub fn top2_gap(lm: &mut LoadedModel, prefix: &[u32]) -> f32 {
+    use specgate_strategies::argmax;
+    let s = lm.model.new_sequence();
+    let out = lm
+        .model
+        .forward_one(s, prefix, specgate::model::LogitRows::Last)
+        .unwrap();
+    lm.model.release(s);
+    let mut row = out.row(0, 0).to_vec();
+    let best = argmax(&row) as usize;
+    let top = row[best];
+    row[best] = f32::NEG_INFINITY;
+    top - row[argmax(&row) as usize]
+}
+
+/// A speculative greedy output equals the plain one, or leaves it only where plain
+/// decoding's top-2 gap is a numerical tie (under `tie`). Returns whether it was a tie.
+pub fn assert_equal_or_tie(
+    lm: &mut LoadedModel,
+    prompt: &[u32],
+    plain: &[u32],
+    spec: &[u32],
+    tie: f32,
+    what: &str,
+) -> bool {
+    let Some(at) = plain.iter().zip(spec).position(|(a, b)| a != b) else {
+        assert_eq!(spec, plain, "{what}: lengths differ");
+        return false;
+    };
+    let prefix = [prompt, &plain[..at]].concat();
+    let gap = top2_gap(lm, &prefix);
+    assert!(
+        gap < tie,
+        "{what}: diverged at token {at} (top-2 gap {gap})"
+    );
+    eprintln!("{what}: tie at token {at} (gap {gap:.1e})");
+    true
+}
