@@ -157,6 +157,10 @@ impl ModelConfig {
                 self.rope_dim, self.head_dim
             ));
         }
+        if self.sliding_window == Some(0) {
+            // A query must see at least itself.
+            return bad("attention.sliding_window is 0".into());
+        }
         if self.context_length == 0 {
             return bad("context_length is 0".into());
         }
@@ -301,6 +305,13 @@ mod tests {
         assert!(matches!(
             ModelConfig::from_metadata(&odd),
             Err(ModelError::Unsupported(_))
+        ));
+        // A window of 0 would hide a query from itself.
+        let mut blind = md.clone();
+        blind.insert("gemma3.attention.sliding_window".into(), Value::U32(0));
+        assert!(matches!(
+            ModelConfig::from_metadata(&blind),
+            Err(ModelError::Metadata(_))
         ));
         md.insert(
             "gemma3.rope.scaling.type".into(),
