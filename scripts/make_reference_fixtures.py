@@ -8,6 +8,10 @@ llama.cpp.
     python3 scripts/make_reference_fixtures.py models/gemma-3-270m-q4_k_m.gguf \
         --completion --out tests/fixtures/gemma3-270m
 
+    truncate -s 20G qwen-header.gguf   # a header whose tensors were cut off, padded
+    python3 scripts/make_reference_fixtures.py qwen-header.gguf --tokenizer-only \
+        --out tests/fixtures/qwen2-tokenizer
+
 Writes tokenizer_cases.json and greedy_reference.json into tests/fixtures (or --out). A
 base model (--completion) gets plain completion prompts, BOS first, and 64 greedy tokens;
 its fixture also keeps llama.cpp's 16 largest logits at the first positions of each prompt.
@@ -180,6 +184,18 @@ def completion_main(model_path: str, out: Path) -> None:
     (out / "greedy_reference.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
 
 
+def tokenizer_only_main(model_path: str, out: Path) -> None:
+    """Token ids only, from a file's vocabulary (vocab_only: a header with its tensors cut
+    off loads once padded to its size, e.g. with `truncate -s 20G`)."""
+    llm = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
+    cases = []
+    for name, text in TOKENIZER_CASES:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+        cases.append({"name": name, "text": text, "ids": ids})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+
+
 def main(model_path: str) -> None:
     llm = llama_cpp.Llama(model_path=model_path, n_ctx=1024, n_threads=2, n_batch=512,
                           logits_all=True, verbose=False, seed=0)
@@ -222,9 +238,12 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default=str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--completion", action="store_true", help="a base model: completion prompts")
+    ap.add_argument("--tokenizer-only", action="store_true", help="token ids only (vocab_only)")
     ap.add_argument("--out", type=Path, default=FIX)
     args = ap.parse_args()
-    if args.completion:
+    if args.tokenizer_only:
+        tokenizer_only_main(args.model, args.out)
+    elif args.completion:
         completion_main(args.model, args.out)
     else:
         main(args.model)

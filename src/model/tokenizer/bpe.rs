@@ -20,7 +20,7 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 /// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2` split (digits one by one).
 const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-const SUPPORTED_PRE: &str = "smollm, gpt2, llama-bpe, qwen2";
+const SUPPORTED_PRE: &str = "smollm, gpt2, llama-bpe, qwen2, deepseek-r1-qwen";
 
 fn pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrapper, TokenizerError> {
     let split = |regex: &str| -> Result<PreTokenizerWrapper, TokenizerError> {
@@ -46,7 +46,8 @@ fn pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrapper, TokenizerErro
             false, true, true,
         ))),
         Some("llama-bpe") | Some("llama3") => split(LLAMA3),
-        Some("qwen2") => split(QWEN2),
+        // llama.cpp splits DeepSeek-R1's Qwen distills as Qwen 2.
+        Some("qwen2") | Some("deepseek-r1-qwen") => split(QWEN2),
         Some(other) => Err(TokenizerError::Unsupported(format!(
             "tokenizer.ggml.pre {other:?} (supported: {SUPPORTED_PRE})"
         ))),
