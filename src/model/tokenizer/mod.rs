@@ -344,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_tokenizer_model_or_pre_tokenizer_is_refused_by_name() {
+    fn an_unknown_tokenizer_model_is_refused_by_name() {
         let mut md = spm_metadata(true, false);
         md.insert("tokenizer.ggml.model".into(), Value::String("rwkv".into()));
         let e = Tokenizer::from_gguf_metadata(&md)
