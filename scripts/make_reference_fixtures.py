@@ -82,6 +82,16 @@ def render(template: str, messages) -> str:
                                             bos_token="", eos_token="<|im_end|>")
 
 
+def write_tokenizer_cases(llm, out: Path) -> None:
+    """llama.cpp's ids for every tokenizer case, special tokens parsed, no BOS."""
+    cases = []
+    for name, text in TOKENIZER_CASES:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+        cases.append({"name": name, "text": text, "ids": ids})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+
+
 def greedy(llm, ids, eos, n_tokens=GREEDY_TOKENS):
     """Greedy ids and llama.cpp's top-2 logit gap at each step."""
     llm.reset()
@@ -154,12 +164,7 @@ def completion_main(model_path: str, out: Path) -> None:
          llama_cpp.Llama(n_threads=1, n_batch=1, n_ubatch=1, **kw)),
     ]
     eos = llm.token_eos()
-    cases = []
-    for name, text in TOKENIZER_CASES:
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
-        cases.append({"name": name, "text": text, "ids": ids})
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+    write_tokenizer_cases(llm, out)
     prompts = []
     n = 64
     for text in COMPLETION_PROMPTS:
@@ -188,12 +193,7 @@ def tokenizer_only_main(model_path: str, out: Path) -> None:
     """Token ids only, from a file's vocabulary (vocab_only: a header with its tensors cut
     off loads once padded to its size, e.g. with `truncate -s 20G`)."""
     llm = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
-    cases = []
-    for name, text in TOKENIZER_CASES:
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
-        cases.append({"name": name, "text": text, "ids": ids})
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+    write_tokenizer_cases(llm, out)
 
 
 def main(model_path: str) -> None:
@@ -209,11 +209,7 @@ def main(model_path: str) -> None:
     template = llm.metadata["tokenizer.chat_template"]
     eos = llm.token_eos()
 
-    cases = []
-    for name, text in TOKENIZER_CASES:
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
-        cases.append({"name": name, "text": text, "ids": ids})
-    (FIX / "tokenizer_cases.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+    write_tokenizer_cases(llm, FIX)
 
     prompts = []
     for messages in CHAT_PROMPTS:

@@ -66,49 +66,16 @@ fn every_strategy_equals_plain_greedy_on_gemma() {
     for set in &sets {
         // One prompt per set, as a completion (the base model has no chat template).
         let ids = lm.prompt_ids(&set.prompts[0]).unwrap();
-        let plain = generate(
-            &mut lm.model,
-            &lm.tokenizer,
+        let (runs, t) = common::speculation::every_drafter_equals_plain(
+            lm,
             &ids,
-            &GenerateParams::greedy(TOKENS, 0),
-            &mut PlainDrafter,
-            |_| {},
-        )
-        .unwrap();
-        for (kind, drafter) in drafters.iter_mut() {
-            for (k, adaptive) in [(1, false), (4, false), (8, false), (8, true)] {
-                let p = GenerateParams {
-                    adaptive_k: adaptive,
-                    ..GenerateParams::greedy(TOKENS, k)
-                };
-                let spec = generate(
-                    &mut lm.model,
-                    &lm.tokenizer,
-                    &ids,
-                    &p,
-                    drafter.as_mut(),
-                    |_| {},
-                )
-                .unwrap();
-                checked += 1;
-                assert_eq!(spec.stats.drafter_failures, 0, "{kind} failed to draft");
-                if *kind == StrategyKind::Draft {
-                    assert_eq!(spec.stats.accepted, spec.stats.drafted, "self-draft");
-                }
-                let what = format!("{} {kind} k={k}", set.name);
-                if !common::assert_equal_or_tie(
-                    lm,
-                    &ids,
-                    &plain.token_ids,
-                    &spec.token_ids,
-                    TIE,
-                    &what,
-                ) {
-                    continue;
-                }
-                ties += 1;
-            }
-        }
+            TOKENS,
+            &mut drafters,
+            TIE,
+            &set.name,
+        );
+        checked += runs;
+        ties += t;
     }
     eprintln!("{checked} speculative runs on Gemma equal plain greedy; {ties} at numerical ties");
     assert!(checked >= 4 * 4 * 4);

@@ -65,54 +65,16 @@ fn greedy_speculative_equals_plain_for_every_strategy_and_k() {
         for (n, prompt) in set.prompts.iter().enumerate() {
             let text = lm.chat_prompt(&[ChatMessage::new("user", prompt)]).unwrap();
             let ids = lm.tokenizer.encode(&text).unwrap();
-            let plain = generate(
-                &mut lm.model,
-                &lm.tokenizer,
+            let (runs, t) = common::speculation::every_drafter_equals_plain(
+                lm,
                 &ids,
-                &params(0),
-                &mut PlainDrafter,
-                |_| {},
-            )
-            .unwrap();
-            for (kind, drafter) in drafters.iter_mut() {
-                // k = 1, 4, 8, then k chosen per round (up to 8) by the adaptive controller.
-                for (k, adaptive) in [(1, false), (4, false), (8, false), (8, true)] {
-                    let p = GenerateParams {
-                        adaptive_k: adaptive,
-                        row_cost: None,
-                        ..params(k)
-                    };
-                    let spec = generate(
-                        &mut lm.model,
-                        &lm.tokenizer,
-                        &ids,
-                        &p,
-                        drafter.as_mut(),
-                        |_| {},
-                    )
-                    .unwrap();
-                    checked += 1;
-                    assert_eq!(spec.stats.drafter_failures, 0, "{kind} failed to draft");
-                    if *kind == StrategyKind::Draft {
-                        assert_eq!(
-                            spec.stats.accepted, spec.stats.drafted,
-                            "a self-draft is always accepted"
-                        );
-                    }
-                    let what = format!("{} #{n} {kind} k={k}", set.name);
-                    if !common::assert_equal_or_tie(
-                        lm,
-                        &ids,
-                        &plain.token_ids,
-                        &spec.token_ids,
-                        TIE,
-                        &what,
-                    ) {
-                        continue;
-                    }
-                    ties += 1;
-                }
-            }
+                TOKENS,
+                &mut drafters,
+                TIE,
+                &format!("{} #{n}", set.name),
+            );
+            checked += runs;
+            ties += t;
         }
     }
     eprintln!("{checked} speculative runs equal plain greedy; {ties} ended at numerical ties");

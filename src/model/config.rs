@@ -132,11 +132,13 @@ impl ModelConfig {
             .filter(|_| pattern > 0 && l % pattern < pattern - 1)
     }
 
-    /// The rotary base of layer `l`.
-    pub fn layer_rope_base(&self, l: usize) -> f32 {
+    /// The rotary base and linear position scale of layer `l`: sliding-window layers of an
+    /// architecture with a local base turn with it, unscaled (ggml scales only the global
+    /// layers' positions, as Gemma 3's long-context files need).
+    pub fn layer_rope(&self, l: usize) -> (f32, f32) {
         match (self.layer_window(l), self.arch.local_rope_base()) {
-            (Some(_), Some(local)) => local,
-            _ => self.rope_base,
+            (Some(_), Some(local)) => (local, 1.0),
+            _ => (self.rope_base, self.rope_freq_scale),
         }
     }
 
@@ -294,10 +296,7 @@ mod tests {
         let global: Vec<usize> = (0..18).filter(|&l| c.layer_window(l).is_none()).collect();
         assert_eq!(global, vec![5, 11, 17]);
         assert_eq!(c.layer_window(0), Some(512));
-        assert_eq!(
-            (c.layer_rope_base(0), c.layer_rope_base(5)),
-            (10_000.0, 1e6)
-        );
+        assert_eq!((c.layer_rope(0).0, c.layer_rope(5).0), (10_000.0, 1e6));
         assert_eq!(c.embed_scale(), Some(640f32.sqrt()));
         // Value heads of another width, and YaRN, are refused rather than served wrongly.
         let mut odd = md.clone();

@@ -4,6 +4,7 @@
 pub mod distribution;
 pub mod outside;
 pub mod server;
+pub mod speculation;
 pub mod tiny;
 
 use std::path::PathBuf;

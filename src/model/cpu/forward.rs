@@ -74,10 +74,7 @@ impl CpuModel {
                 head_dim: cfg.head_dim,
                 window: cfg.layer_window(l),
             };
-            let rope = match (shape.window, self.ropes.get(1)) {
-                (Some(_), Some(local)) => local, // sliding-window layers' own base
-                _ => &self.ropes[0],
-            };
+            let rope = &self.ropes[self.rope_of_layer[l]];
             rms_norm(&w.x, &layer.attn_norm, cfg.rms_eps, &mut w.xn);
             layer.qkv.forward_into(&w.xn, &mut w.acts, &mut w.fused)?;
             if let Some(bias) = &layer.qkv_bias {

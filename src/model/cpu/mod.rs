@@ -33,9 +33,9 @@ use weights::Weights;
 pub struct CpuModel {
     config: ModelConfig,
     weights: Weights,
-    /// The global layers' rotary table, then the sliding-window layers' where their base
-    /// differs.
+    /// One rotary table per distinct (base, scale) the layers use, and each layer's.
     ropes: Vec<Rope>,
+    rope_of_layer: Vec<usize>,
     caches: HashMap<SeqId, KvCache>,
     next_seq: u64,
     work: forward::Workspace,
@@ -65,29 +65,28 @@ impl CpuModel {
     ) -> Result<(Self, GgufMetadata), ModelError> {
         let loaded = weights::load(path, backend, max_layers)?;
         let config = loaded.config;
-        let spec = |base| RopeSpec {
-            rope_dim: config.rope_dim,
-            base,
-            freq_scale: config.rope_freq_scale,
-            freq_factors: loaded.weights.rope_freqs.as_deref(),
-            style: config.arch.rope_style(),
-        };
-        let mut ropes = vec![Rope::with_spec(
-            spec(config.rope_base),
-            config.context_length,
-        )];
-        if let Some(local) = config.arch.local_rope_base() {
-            // ggml scales only the global layers' positions (Gemma 3's long-context files).
-            let local = RopeSpec {
-                freq_scale: 1.0,
-                ..spec(local)
-            };
-            ropes.push(Rope::with_spec(local, config.context_length));
+        let (mut ropes, mut kinds, mut rope_of_layer) = (Vec::new(), Vec::new(), Vec::new());
+        for l in 0..config.n_layers {
+            let kind = config.layer_rope(l);
+            let at = kinds.iter().position(|&k| k == kind).unwrap_or_else(|| {
+                let spec = RopeSpec {
+                    rope_dim: config.rope_dim,
+                    base: kind.0,
+                    freq_scale: kind.1,
+                    freq_factors: loaded.weights.rope_freqs.as_deref(),
+                    style: config.arch.rope_style(),
+                };
+                ropes.push(Rope::with_spec(spec, config.context_length));
+                kinds.push(kind);
+                kinds.len() - 1
+            });
+            rope_of_layer.push(at);
         }
         let model = Self {
             config,
             weights: loaded.weights,
             ropes,
+            rope_of_layer,
             caches: HashMap::new(),
             next_seq: 0,
             work: forward::Workspace::default(),

@@ -81,14 +81,17 @@ impl QuantRows {
         })
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
     /// Row `i`, dequantized; None past the last row.
     pub fn row(&self, i: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        let mut out = Vec::with_capacity(self.in_dim);
+        Ok(self.push_row(i, &mut out)?.then_some(out))
+    }
+
+    /// Append row `i`, dequantized, to `out` ([in_dim] more values); false past the last
+    /// row. Q8_0 rows (Gemma's embedding) are decoded in place: no allocation per lookup.
+    pub fn push_row(&self, i: usize, out: &mut Vec<f32>) -> Result<bool, ModelError> {
         if i >= self.rows {
-            return Ok(None);
+            return Ok(false);
         }
         let len = row_bytes(self.dtype, self.in_dim);
         let row = self
@@ -97,12 +100,11 @@ impl QuantRows {
             .ok_or_else(|| ModelError::Format(format!("row {i} lies past the matrix's bytes")))?;
         if self.dtype == GgmlDType::Q8_0 {
             // ggml's dequantize_row_q8_0 (d · q per weight), without a tensor per lookup.
-            let mut out = Vec::with_capacity(self.in_dim);
             for blk in row.chunks_exact(34) {
                 let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
                 out.extend(blk[2..].iter().map(|&q| d * (q as i8) as f32));
             }
-            return Ok(Some(out));
+            return Ok(true);
         }
         let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
             self.dtype,
@@ -110,6 +112,11 @@ impl QuantRows {
             vec![1, self.in_dim],
             &Device::Cpu,
         )?;
-        Ok(Some(q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?))
+        out.extend(
+            q.dequantize(&Device::Cpu)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        );
+        Ok(true)
     }
 }

@@ -46,10 +46,9 @@ impl Embeddings {
         match self {
             Self::F32(e) => out.extend_from_slice(&e[t * hidden..][..hidden]),
             Self::Rows(rows) => {
-                let row = rows
-                    .row(t)?
-                    .ok_or_else(|| ModelError::Invalid(format!("token {t} has no embedding")))?;
-                out.extend_from_slice(&row);
+                if !rows.push_row(t, out)? {
+                    return Err(ModelError::Invalid(format!("token {t} has no embedding")));
+                }
             }
         }
         Ok(())
