@@ -1,6 +1,7 @@
 //! Drafting, verification and sampling for specgate: pure functions and types, with no actix,
 //! HTTP, storage or global state. Time and randomness are passed in.
 
+pub mod constraint;
 pub mod corpus;
 pub mod draft;
 pub mod fallback;
@@ -21,6 +22,9 @@ pub mod verify;
 /// A token id in the target model's vocabulary.
 pub type TokenId = u32;
 
+pub use constraint::{
+    constrain_draft, mask_rows, ConstrainedRound, ConstraintError, TokenConstraint, TokenMask,
+};
 pub use corpus::CorpusIndex;
 pub use draft::{Draft, DraftContext, DraftError, Drafter, NoDrafts, PlainDrafter, TrackRecord};
 pub use fallback::{FallbackBudget, FallbackDrafter, SendDrafter};
