@@ -13,6 +13,7 @@
 //! `specgate-policies`, compute kernels in `specgate-kernels`.
 
 pub mod clock;
+pub mod constraint;
 pub mod drafting;
 pub mod engine;
 pub mod faults;

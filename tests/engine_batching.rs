@@ -60,6 +60,7 @@ fn submission(
         shadow: false,
         logprobs: None,
         stream: true,
+        grammar: None,
     };
     (sub, rx)
 }

@@ -266,7 +266,7 @@ impl Engine {
             if self.reserved + reserve > self.config.kv_budget_bytes && !self.live.is_empty() {
                 break;
             }
-            let Some((sub, since)) = self.waiting.pop_front() else {
+            let Some((mut sub, since)) = self.waiting.pop_front() else {
                 break;
             };
             self.status.queued.fetch_sub(1, Ordering::SeqCst);
@@ -280,6 +280,9 @@ impl Engine {
             }
             if let Some(top) = sub.logprobs {
                 state.track_logprobs(top);
+            }
+            if let Some(grammar) = sub.grammar.take() {
+                state.constrain(grammar);
             }
             self.reserved += reserve;
             self.live.push(Live {
@@ -339,7 +342,7 @@ impl Engine {
                 k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy).min(budget - 1);
             let round = l
                 .state
-                .propose(&mut *l.sub.drafter, k, Some(row_cost), vocab);
+                .propose(&mut *l.sub.drafter, k, budget - 1, Some(row_cost), vocab);
             budget -= round.tokens.len();
             work.push(Work::Round(i, round));
         }

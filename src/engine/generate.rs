@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use specgate_policies::{LoadView, StepCosts};
-use specgate_strategies::{Drafter, SpecStats, TokenId};
+use specgate_strategies::{Drafter, SpecStats, TokenConstraint, TokenId};
 
 pub use super::params::{GenerateError, GenerateParams};
 pub use super::sequence::FinishReason;
@@ -54,10 +54,37 @@ pub fn generate(
     drafter: &mut dyn Drafter,
     on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput, GenerateError> {
+    generate_constrained(model, tok, prompt, params, drafter, None, on_text)
+}
+
+/// [`generate`] with the output held to a grammar (None: unconstrained).
+pub fn generate_constrained(
+    model: &mut dyn TargetBackend,
+    tok: &Tokenizer,
+    prompt: &[TokenId],
+    params: &GenerateParams,
+    drafter: &mut dyn Drafter,
+    grammar: Option<Box<dyn TokenConstraint>>,
+    on_text: impl FnMut(&str),
+) -> Result<GenerateOutput, GenerateError> {
     let seq = model.new_sequence();
-    let result = generate_in(model, seq, tok, prompt, params, drafter, on_text);
+    let run = Run {
+        tok,
+        prompt,
+        params,
+        grammar,
+    };
+    let result = run_in(model, seq, run, drafter, on_text);
     model.release(seq);
     result
+}
+
+/// One generation's inputs.
+struct Run<'a> {
+    tok: &'a Tokenizer,
+    prompt: &'a [TokenId],
+    params: &'a GenerateParams,
+    grammar: Option<Box<dyn TokenConstraint>>,
 }
 
 pub fn validate(
@@ -89,10 +116,35 @@ pub fn generate_in(
     prompt: &[TokenId],
     params: &GenerateParams,
     drafter: &mut dyn Drafter,
+    on_text: impl FnMut(&str),
+) -> Result<GenerateOutput, GenerateError> {
+    let run = Run {
+        tok,
+        prompt,
+        params,
+        grammar: None,
+    };
+    run_in(model, seq, run, drafter, on_text)
+}
+
+fn run_in(
+    model: &mut dyn TargetBackend,
+    seq: SeqId,
+    r: Run<'_>,
+    drafter: &mut dyn Drafter,
     mut on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput, GenerateError> {
+    let Run {
+        tok,
+        prompt,
+        params,
+        grammar,
+    } = r;
     validate(model, prompt, params)?;
     let mut state = SequenceState::new(seq, prompt, params);
+    if let Some(g) = grammar {
+        state.constrain(g);
+    }
     let mut emit = |piece: String| {
         if !piece.is_empty() {
             on_text(&piece);
@@ -119,7 +171,7 @@ pub fn generate_in(
             }
             .row_cost() as f32
         });
-        let round = state.propose(drafter, usize::MAX, Some(row_cost), vocab);
+        let round = state.propose(drafter, usize::MAX, usize::MAX, Some(row_cost), vocab);
         let t = Instant::now();
         let verify = BatchItem {
             tree: round.draft.parents.as_deref(),

@@ -22,6 +22,8 @@ pub enum GenerateError {
     },
     #[error("invalid sampling parameters: {0}")]
     Sampling(#[from] specgate_strategies::SamplingError),
+    #[error(transparent)]
+    Constraint(#[from] specgate_strategies::ConstraintError),
 }
 
 /// What to generate.

@@ -14,6 +14,7 @@ use specgate_strategies::{
     verify, verify_tree_greedy, Draft, DraftContext, Drafter, SpecStats, TokenId,
 };
 
+use super::constrained::{Constrained, RoundConstraint, FORCED_MAX};
 use super::params::{GenerateError, GenerateParams};
 use crate::drafting::guard::{guarded, propose_checked};
 use crate::engine::logprobs::{token_logprob, LogprobQueue, TokenLogprob};
@@ -35,6 +36,8 @@ pub struct RoundInput {
     pub tokens: Vec<TokenId>,
     pub draft: Draft,
     pub draft_time: Duration,
+    /// The masks of the round's rows when the output is constrained.
+    pub constraint: Option<RoundConstraint>,
 }
 
 /// The state of one sequence between target passes.
@@ -59,6 +62,8 @@ pub struct SequenceState {
     hidden: Option<Vec<f32>>,
     /// Log-probabilities of the generated tokens not yet handed out, when asked for.
     logprobs: Option<LogprobQueue>,
+    /// The grammar the output must follow, when the request gave one.
+    constraint: Option<Constrained>,
 }
 
 impl SequenceState {
@@ -83,7 +88,13 @@ impl SequenceState {
             gaps: None,
             hidden: None,
             logprobs: None,
+            constraint: None,
         }
+    }
+
+    /// Constrain the output: every row is masked by the grammar before a token is chosen.
+    pub fn constrain(&mut self, grammar: Box<dyn specgate_strategies::TokenConstraint>) {
+        self.constraint = Some(Constrained::new(grammar));
     }
 
     /// Record every generated token's log-probability and its `top` likeliest alternatives'.
@@ -160,7 +171,15 @@ impl SequenceState {
         last_hidden: &[f32],
         tok: &Tokenizer,
     ) -> Result<String, GenerateError> {
-        let first = self.params.sampling.sample(last_row, &mut self.rng);
+        let vocab = last_row.len();
+        let masked = match self.constraint.as_mut() {
+            Some(c) => Some(c.first_row(last_row, vocab)?),
+            None => None,
+        };
+        let first = self
+            .params
+            .sampling
+            .sample(masked.as_deref().unwrap_or(last_row), &mut self.rng);
         self.hidden = (!last_hidden.is_empty()).then(|| last_hidden.to_vec());
         if let Some(g) = self.gaps.as_mut() {
             g.push(top2_gap(last_row));
@@ -172,16 +191,22 @@ impl SequenceState {
         let before = self.ids.len();
         let released = self.commit(&[first], tok)?;
         self.record_logprobs(before, &[first], |_| last_row);
+        if let (Some(c), false) = (self.constraint.as_mut(), self.finish.is_some()) {
+            c.commit(&[first])?;
+        }
         Ok(released)
     }
 
     /// Draft for the next round, at most `k_cap` tokens (the engine's load limit), never past
     /// max_tokens (a round commits up to k + 1 tokens); `row_cost` is what a verify row costs
     /// now, relative to a plain pass (see `DraftContext::row_cost`).
+    /// `room`: most tokens the round may put in the batch after the pending one (the
+    /// grammar's forced tokens are bounded by it, not by the load's k).
     pub fn propose(
         &mut self,
         drafter: &mut dyn Drafter,
         k_cap: usize,
+        room: usize,
         row_cost: Option<f32>,
         vocab: usize,
     ) -> RoundInput {
@@ -205,7 +230,19 @@ impl SequenceState {
             row_cost,
         };
         let t = Instant::now();
-        let draft = propose_checked(drafter, &ctx, k, vocab, &mut self.stats);
+        let forced_cap = if self.params.max_draft_tokens > 0 {
+            FORCED_MAX.min(room).min(left)
+        } else {
+            0
+        };
+        let forced = self.constraint.as_mut().and_then(|c| c.forced(forced_cap));
+        let is_forced = forced.is_some();
+        let mut draft =
+            forced.unwrap_or_else(|| propose_checked(drafter, &ctx, k, vocab, &mut self.stats));
+        let constraint = self
+            .constraint
+            .as_mut()
+            .and_then(|c| c.check(&mut draft, is_forced));
         let draft_time = t.elapsed();
         let mut tokens = Vec::with_capacity(draft.len() + 1);
         tokens.extend(self.pending);
@@ -214,6 +251,7 @@ impl SequenceState {
             tokens,
             draft,
             draft_time,
+            constraint,
         }
     }
 
@@ -231,13 +269,22 @@ impl SequenceState {
         drafter: &mut dyn Drafter,
         tok: &Tokenizer,
     ) -> Result<String, GenerateError> {
+        if let Some(e) = self.constraint.as_mut().and_then(Constrained::take_failure) {
+            return Err(e.into());
+        }
         let vocab = model.config().vocab_size;
         let base = model.seq_len(self.seq).unwrap_or(0) - round.tokens.len();
         let draft = round.draft;
+        let mut rc = round.constraint;
+        // Tokens are chosen from the rows masked by the grammar; log-probabilities report
+        // the target's own.
+        let masked = rc.as_ref().map(|rc| Constrained::masked(rows, rc, vocab));
+        let judge = masked.as_deref().unwrap_or(rows);
+        let forced = rc.as_ref().is_some_and(|rc| rc.forced);
         // The pass's rows behind the committed tokens: the accepted path, then `next`'s.
         let (committed, used_rows, judged) = match draft.as_tree() {
             Some(tree) => {
-                let v = verify_tree_greedy(&tree, rows, vocab);
+                let v = verify_tree_greedy(&tree, judge, vocab);
                 let used: Vec<usize> = std::iter::once(0)
                     .chain(v.path.iter().map(|n| n + 1))
                     .collect();
@@ -248,18 +295,27 @@ impl SequenceState {
                 (c, used, tree.max_depth())
             }
             None => {
-                let v = verify(&draft, rows, vocab, &self.params.sampling, &mut self.rng);
+                // A drafted token the grammar forbids is judged, and rejected, by the row
+                // after the kept drafts: a sampled rejection draws from its residual.
+                let forbidden = rc.as_mut().and_then(|rc| rc.round.forbidden.take());
+                let judged = with_forbidden(&draft, forbidden);
+                let judged = judged.as_ref().unwrap_or(&draft);
+                let v = verify(judged, judge, vocab, &self.params.sampling, &mut self.rng);
                 // Rejected drafts leave the cache; `v.next` is not in it yet.
                 model.truncate(self.seq, base + 1 + v.accepted)?;
                 let mut c = draft.tokens[..v.accepted].to_vec();
                 c.push(v.next);
-                (c, (0..=v.accepted).collect(), draft.len())
+                (c, (0..=v.accepted).collect(), judged.len())
             }
         };
         let accepted = committed.len() - 1;
         self.stats
             .record_round(judged, accepted, round.draft_time, verify_time);
-        if let Some(c) = self.controller.as_mut() {
+        if forced {
+            self.stats.forced += judged as u64;
+        }
+        // Forced rounds say nothing of the drafter: its k controller does not see them.
+        if let Some(c) = self.controller.as_mut().filter(|_| !forced) {
             c.observe(
                 judged,
                 accepted,
@@ -277,7 +333,7 @@ impl SequenceState {
             g.extend(
                 used_rows
                     .iter()
-                    .map(|&j| top2_gap(&rows[j * vocab..(j + 1) * vocab])),
+                    .map(|&j| top2_gap(&judge[j * vocab..(j + 1) * vocab])),
             );
         }
         let before = self.ids.len();
@@ -290,6 +346,9 @@ impl SequenceState {
         self.record_logprobs(before, &committed, |j| {
             &rows[used_rows[j] * vocab..(used_rows[j] + 1) * vocab]
         });
+        if let (Some(c), Some(rc), None) = (self.constraint.as_mut(), rc.as_ref(), self.finish) {
+            c.settle(rc, &committed)?;
+        }
         if self.finish.is_some() {
             // Stopped inside the round: accepted drafts past the end leave the cache too.
             let end = self.prompt_len + self.ids.len();
@@ -304,7 +363,11 @@ impl SequenceState {
             hidden: self.hidden.as_deref(),
             row_cost: None,
         };
-        guarded(&mut self.stats, || drafter.on_commit(&ctx, accepted));
+        // A forced round's draft was not the drafter's: none of its draft was accepted.
+        let drafter_accepted = if forced { 0 } else { accepted };
+        guarded(&mut self.stats, || {
+            drafter.on_commit(&ctx, drafter_accepted)
+        });
         self.pending = committed.last().copied();
         Ok(released)
     }
@@ -359,6 +422,18 @@ impl SequenceState {
         guarded(&mut self.stats, || drafter.finish());
         Ok(tail)
     }
+}
+
+/// The draft that verification judges when the grammar cut a chain at a forbidden token:
+/// the kept drafts, then that token (with its q row when the drafter sampled it).
+fn with_forbidden(draft: &Draft, forbidden: Option<(TokenId, Option<Vec<f32>>)>) -> Option<Draft> {
+    let (token, q) = forbidden?;
+    let mut d = draft.clone();
+    d.tokens.push(token);
+    if let (Some(qs), Some(q)) = (d.q.as_mut(), q) {
+        qs.push(q);
+    }
+    Some(d)
 }
 
 /// The difference between the two largest logits of a row ([vocab]).

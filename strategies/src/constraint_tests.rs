@@ -28,7 +28,11 @@ impl TokenConstraint for Rule {
         Ok(())
     }
     fn rollback(&mut self, n: usize) -> Result<(), ConstraintError> {
-        let keep = self.seen.len().checked_sub(n).ok_or(ConstraintError("past start".into()))?;
+        let keep = self
+            .seen
+            .len()
+            .checked_sub(n)
+            .ok_or(ConstraintError("past start".into()))?;
         self.seen.truncate(keep);
         Ok(())
     }
@@ -69,7 +73,11 @@ fn masks_keep_exactly_their_tokens() {
     assert_eq!(kept, vec![0, 33, 69]);
     let w = TokenMask::from_words(vec![u32::MAX, u32::MAX, u32::MAX], 40);
     assert_eq!(w.count(), 40, "bits past the vocabulary are dropped");
-    assert_eq!(TokenMask::from_words(vec![1], 64).count(), 1, "missing words forbid");
+    assert_eq!(
+        TokenMask::from_words(vec![1], 64).count(),
+        1,
+        "missing words forbid"
+    );
 }
 
 #[test]
@@ -85,7 +93,11 @@ fn a_chain_stops_at_its_first_forbidden_token_which_keeps_its_q() {
     assert_eq!(draft.tokens, vec![2, 3], "3 may follow 2; 5 never");
     assert_eq!(draft.q.as_ref().map(Vec::len), Some(2));
     assert_eq!(round.forbidden, Some((5, Some(vec![2.0; 8]))));
-    assert_eq!(round.masks.len(), 3, "the pending row and one per kept draft");
+    assert_eq!(
+        round.masks.len(),
+        3,
+        "the pending row and one per kept draft"
+    );
     assert!(round.masks[1].allows(3) && !round.masks[0].allows(3));
     assert_eq!(round.consumed, 2);
     assert_eq!(c.seen, vec![2, 3], "the kept drafts are consumed");

@@ -25,6 +25,9 @@ pub struct SpecStats {
     pub verify_time: Duration,
     /// Rounds whose drafter failed and ran as plain decoding.
     pub drafter_failures: u64,
+    /// Draft tokens an output grammar forced (drafted without the drafter; counted in
+    /// `drafted` too).
+    pub forced: u64,
 }
 
 impl SpecStats {

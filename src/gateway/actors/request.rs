@@ -53,6 +53,8 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// The client reads the answer as it is generated.
     pub stream: bool,
+    /// The grammar the output must follow, compiled at admission.
+    pub grammar: Option<Box<dyn specgate_strategies::TokenConstraint>>,
 }
 
 /// The actors and the engine a request talks to.
@@ -210,7 +212,9 @@ impl Actor for RequestActor {
             act.off_route = planned.recalled;
             // Sampled here, so only the requests that will be checked keep a copy of their
             // prompt.
+            // A constrained answer is not plain decoding's: the check would see a divergence.
             if job.params.sampling.is_greedy()
+                && job.grammar.is_none()
                 && !plan.is_plain()
                 && rand::random::<f64>() < planned.shadow_rate
             {
@@ -235,6 +239,11 @@ impl Actor for RequestActor {
                 act.off_route = true;
                 Box::new(PredictionDrafter::new(job.prediction, drafter)) as BoxedDrafter
             };
+            // Forced tokens and masks change what a strategy accepts: a constrained
+            // request's rounds are kept from the learner's evidence of its route.
+            if job.grammar.is_some() {
+                act.off_route = true;
+            }
             let (tx, mut rx) = mpsc::unbounded_channel();
             let mut params = job.params;
             params.max_draft_tokens = plan.k;
@@ -250,6 +259,7 @@ impl Actor for RequestActor {
                 shadow: false,
                 logprobs: job.logprobs,
                 stream: job.stream,
+                grammar: job.grammar,
             };
             if let Err(e) = act.engine.submit(sub) {
                 return act.refuse(submit_error(e), ctx);

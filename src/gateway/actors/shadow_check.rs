@@ -44,6 +44,7 @@ pub fn launch(engine: &EngineHandle, planner: Addr<Planner>, job: ShadowJob) {
         shadow: true,
         logprobs: None,
         stream: false,
+        grammar: None,
     };
     if engine.submit(sub).is_err() {
         metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);

@@ -64,6 +64,7 @@ pub fn prepare(
         prediction,
         logprobs: r.logprobs,
         stream: r.stream,
+        grammar: None,
     })
 }
 

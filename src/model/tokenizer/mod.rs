@@ -236,6 +236,15 @@ impl Tokenizer {
         self.special.get(id as usize).copied().unwrap_or(false)
     }
 
+    /// Whether `encode` of a fragment gives the ids the fragment has inside a longer text
+    /// (false where SentencePiece writes a space before every text).
+    pub fn encodes_fragments(&self) -> bool {
+        match &self.model {
+            Model::Bpe(_) => true,
+            Model::Spm { spm, .. } => !spm.adds_space_prefix(),
+        }
+    }
+
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }

@@ -97,6 +97,12 @@ impl Spm {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
+    /// Whether encoding writes a space before the text (so a fragment's ids differ from
+    /// its ids inside a longer text).
+    pub fn adds_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
+
     /// The bytes a token stands for: a byte token's byte, else its text with `▁` as space.
     pub fn token_bytes(&self, id: TokenId) -> Vec<u8> {
         if let Some(&b) = self.byte_of.get(&id) {

@@ -1,0 +1,202 @@
+//! Output constraints: a JSON schema, any JSON object, a regex or a Lark grammar, compiled
+//! by llguidance (the library vLLM, SGLang and llama.cpp use for structured output) into a
+//! per-request [`TokenConstraint`] that masks the target's rows. How speculation stays
+//! exact under it lives in `specgate_strategies::constraint`; tool calls build their
+//! grammar in [`tools`].
+//!
+//! Compilation runs in the request's handler, not on the engine thread, so a bad schema is
+//! a 400 before anything reaches the engine, and a grammar whose first mask cannot be
+//! computed within llguidance's limits is refused there too.
+
+pub mod tok_env;
+pub mod tools;
+
+use std::sync::Arc;
+
+use llguidance::api::{ParserLimits, TopLevelGrammar};
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{json, Value};
+use specgate_strategies::{ConstraintError, TokenConstraint, TokenId, TokenMask};
+
+use crate::model::tokenizer::Tokenizer;
+
+/// What a request constrains its output to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GrammarSpec {
+    /// Any JSON object (`response_format: {"type": "json_object"}`).
+    JsonObject,
+    /// JSON valid against a schema.
+    JsonSchema(Value),
+    /// Text matching a regular expression (Rust `regex` syntax).
+    Regex(String),
+    /// A grammar in llguidance's Lark dialect (which can embed `%json{…}` schemas).
+    Lark(String),
+}
+
+/// A grammar the request gave cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GrammarError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the grammar engine could not start for this model: {0}")]
+    Setup(String),
+}
+
+/// How JSON is laid out unless a schema says otherwise (`x-guidance`): one space after
+/// `,` and `:`, none elsewhere, as models mostly write it. Flexible whitespace would let a
+/// small model pad an answer with newlines until max_tokens.
+fn json_layout() -> Value {
+    json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
+}
+
+impl GrammarSpec {
+    fn to_llguidance(&self) -> Result<TopLevelGrammar, GrammarError> {
+        Ok(match self {
+            GrammarSpec::JsonObject => {
+                TopLevelGrammar::from_json_schema(with_layout(json!({"type": "object"}))?)
+            }
+            GrammarSpec::JsonSchema(s) => {
+                TopLevelGrammar::from_json_schema(with_layout(s.clone())?)
+            }
+            GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        })
+    }
+}
+
+/// The schema with specgate's JSON layout, unless it sets its own.
+pub fn with_layout(mut schema: Value) -> Result<Value, GrammarError> {
+    match &mut schema {
+        Value::Object(o) => {
+            o.entry("x-guidance").or_insert_with(json_layout);
+            Ok(schema)
+        }
+        Value::Bool(true) => Ok(json!({"x-guidance": json_layout()})),
+        _ => Err(GrammarError::Invalid(
+            "a JSON schema must be an object".into(),
+        )),
+    }
+}
+
+/// Compiles grammars for one model's vocabulary (built once: it indexes every token).
+pub struct Grammars {
+    factory: ParserFactory,
+    vocab: usize,
+}
+
+impl Grammars {
+    pub fn new(tokenizer: Arc<Tokenizer>, vocab: usize) -> Result<Self, GrammarError> {
+        let env = tok_env::ModelTokEnv::new(tokenizer, vocab);
+        let mut factory =
+            ParserFactory::new_simple(&env).map_err(|e| GrammarError::Setup(e.to_string()))?;
+        factory.quiet();
+        *factory.limits_mut() = limits();
+        Ok(Self { factory, vocab })
+    }
+
+    /// A fresh constraint for one sequence, its first mask computed (a grammar that cannot
+    /// produce one, or allows nothing, is refused here).
+    pub fn compile(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, GrammarError> {
+        let parser = self
+            .factory
+            .create_parser(spec.to_llguidance()?)
+            .map_err(|e| GrammarError::Invalid(e.to_string()))?;
+        let mut c = Llg {
+            matcher: Matcher::new(Ok(parser)),
+            vocab: self.vocab,
+            eos: self.factory.tok_env().tok_trie().eos_token(),
+            ended: 0,
+        };
+        let first = c.mask().map_err(|e| GrammarError::Invalid(e.0))?;
+        if first.count() == 0 {
+            return Err(GrammarError::Invalid("the grammar allows no output".into()));
+        }
+        Ok(Box::new(c))
+    }
+}
+
+/// llguidance's limits, tightened where a request could make one step slow: the work of
+/// one mask is bounded (about 10 ms at llguidance's measured rates) so a pathological
+/// grammar fails its request rather than stalling every sequence in the batch.
+fn limits() -> ParserLimits {
+    ParserLimits {
+        step_lexer_fuel: 100_000,
+        step_max_items: 25_000,
+        max_grammar_size: 200_000,
+        ..ParserLimits::default()
+    }
+}
+
+/// One sequence's grammar state.
+struct Llg {
+    matcher: Matcher,
+    vocab: usize,
+    eos: TokenId,
+    /// End-of-sequence tokens consumed: kept here, not in the matcher, which refuses tokens
+    /// once its grammar is complete and cannot roll one back (a draft may hold EOS and be
+    /// rejected).
+    ended: usize,
+}
+
+fn fail(e: impl std::fmt::Display) -> ConstraintError {
+    ConstraintError(e.to_string())
+}
+
+impl TokenConstraint for Llg {
+    fn mask(&mut self) -> Result<TokenMask, ConstraintError> {
+        if self.ended > 0 {
+            return Ok(TokenMask::only(self.vocab, &[self.eos]));
+        }
+        let m = self.matcher.compute_mask_or_eos().map_err(fail)?;
+        Ok(TokenMask::from_words(m.as_slice().to_vec(), self.vocab))
+    }
+
+    fn consume(&mut self, tokens: &[TokenId]) -> Result<(), ConstraintError> {
+        let grammar = tokens
+            .iter()
+            .position(|&t| t == self.eos)
+            .unwrap_or(tokens.len());
+        if self.ended > 0 && grammar > 0 {
+            return Err(ConstraintError(
+                "a token after the end of the output".into(),
+            ));
+        }
+        self.matcher
+            .consume_tokens(&tokens[..grammar])
+            .map_err(fail)?;
+        match tokens[grammar..].iter().all(|&t| t == self.eos) {
+            true => {
+                self.ended += tokens.len() - grammar;
+                Ok(())
+            }
+            false => Err(ConstraintError(
+                "a token after the end of the output".into(),
+            )),
+        }
+    }
+
+    fn rollback(&mut self, n: usize) -> Result<(), ConstraintError> {
+        let ends = n.min(self.ended);
+        self.ended -= ends;
+        if n == ends {
+            return Ok(());
+        }
+        self.matcher.rollback(n - ends).map_err(fail)
+    }
+
+    fn forced(&mut self) -> Vec<TokenId> {
+        if self.ended > 0 || self.matcher.is_stopped() {
+            return Vec::new();
+        }
+        self.matcher.compute_ff_tokens()
+    }
+
+    fn fork(&self) -> Box<dyn TokenConstraint> {
+        Box::new(Llg {
+            matcher: self.matcher.clone(),
+            vocab: self.vocab,
+            eos: self.eos,
+            ended: self.ended,
+        })
+    }
+}
