@@ -42,12 +42,14 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// The grammar for a request with tools (None: `tool_choice` none, nothing constrained).
-/// `auto` allows either a text answer (one not starting with `<`) or calls; `required` and
-/// a named function allow only calls; `parallel` allows more than one.
+/// `auto` allows either an answer or calls: text not starting with `<`, or JSON valid
+/// against `answer` when the request gave a response format; `required` and a named
+/// function allow only calls; `parallel` allows more than one.
 pub fn call_grammar(
     tools: &[ToolSpec],
     choice: &ToolChoice,
     parallel: bool,
+    answer: Option<&Value>,
 ) -> Result<Option<GrammarSpec>, GrammarError> {
     let offered: Vec<&ToolSpec> = match choice {
         ToolChoice::None => return Ok(None),
@@ -58,10 +60,16 @@ pub fn call_grammar(
         return Err(GrammarError::Invalid("no tool matches tool_choice".into()));
     }
     let mut g = String::new();
-    g += match choice {
-        ToolChoice::Auto => "start: TEXT | calls\nTEXT: /[^<][\\s\\S]*/\n",
-        _ => "start: calls\n",
-    };
+    match (choice, answer) {
+        (ToolChoice::Auto, None) => g += "start: TEXT | calls\nTEXT: /[^<][\\s\\S]*/\n",
+        (ToolChoice::Auto, Some(schema)) => {
+            g += &format!(
+                "start: answer | calls\nanswer: %json{}\n",
+                with_layout(schema.clone())?
+            )
+        }
+        _ => g += "start: calls\n",
+    }
     g += if parallel && !matches!(choice, ToolChoice::Named(_)) {
         "calls: call (\"\\n\" call)*\n"
     } else {

@@ -99,22 +99,17 @@ fn arguments_stream_before_the_call_ends() {
             }
         ]
     );
-    events = r.push("ris\"}\n</tool_c");
+    events = r.push("ris\"}}\n</tool_c");
     assert_eq!(
         events,
         vec![CallEvent::Arguments {
             index: 0,
-            delta: "ris\"".into()
+            delta: "ris\"}".into()
         }],
         "the possible end is held back"
     );
-    assert_eq!(
-        r.push("all>"),
-        vec![CallEvent::Arguments {
-            index: 0,
-            delta: "}".into()
-        }]
-    );
+    assert_eq!(r.push("all>"), vec![], "the call's end is not an argument");
+    assert_eq!(r.calls(), 1);
 }
 
 #[test]
@@ -130,7 +125,8 @@ fn a_call_cut_short_keeps_what_it_had() {
 #[test]
 fn grammars_name_the_offered_functions() {
     let tools = [weather()];
-    let Some(GrammarSpec::Lark(g)) = call_grammar(&tools, &ToolChoice::Required, true).unwrap()
+    let Some(GrammarSpec::Lark(g)) =
+        call_grammar(&tools, &ToolChoice::Required, true, None).unwrap()
     else {
         panic!("a Lark grammar");
     };
@@ -139,18 +135,22 @@ fn grammars_name_the_offered_functions() {
         g.contains(r#""<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " %json{"#),
         "{g}"
     );
-    let Some(GrammarSpec::Lark(auto)) = call_grammar(&tools, &ToolChoice::Auto, false).unwrap()
+    let Some(GrammarSpec::Lark(auto)) =
+        call_grammar(&tools, &ToolChoice::Auto, false, None).unwrap()
     else {
         panic!("a Lark grammar");
     };
     assert!(auto.starts_with("start: TEXT | calls") && auto.contains("calls: call\n"));
-    assert_eq!(call_grammar(&tools, &ToolChoice::None, true).unwrap(), None);
-    assert!(call_grammar(&tools, &ToolChoice::Named("nope".into()), true).is_err());
+    assert_eq!(
+        call_grammar(&tools, &ToolChoice::None, true, None).unwrap(),
+        None
+    );
+    assert!(call_grammar(&tools, &ToolChoice::Named("nope".into()), true, None).is_err());
     let bad = ToolSpec {
         parameters: json!("object"),
         ..weather()
     };
-    assert!(call_grammar(&[bad], &ToolChoice::Required, true).is_err());
+    assert!(call_grammar(&[bad], &ToolChoice::Required, true, None).is_err());
     assert!(valid_name("get_weather-2") && !valid_name("get weather") && !valid_name(""));
 }
 

@@ -13,6 +13,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use std::time::Duration;
 
+use crate::constraint::LazyGrammars;
 use crate::drafting::model_drafter::{DraftModelError, ModelDrafter};
 use crate::drafting::registry::{self, DraftResources};
 use crate::engine::{EngineConfig, EngineHandle};
@@ -116,6 +117,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let lm = LoadedModel::load(&cfg.model)?;
     let tokenizer = Arc::clone(&lm.tokenizer);
     let context_length = lm.model.config().context_length;
+    let grammars = LazyGrammars::new(Arc::clone(&tokenizer), lm.model.config().vocab_size);
+    grammars.warm();
     let model_id = cfg.model.file_stem().map_or_else(
         || "default".to_string(),
         |s| s.to_string_lossy().into_owned(),
@@ -159,6 +162,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         policies,
         history: stores.history,
         tokenizer,
+        grammars,
         limits: RequestLimits {
             model_id,
             context_length,

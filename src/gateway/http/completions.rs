@@ -11,10 +11,12 @@ use tokio::sync::mpsc;
 
 use super::auth::{authenticate, limits};
 use super::body::read_body;
+use super::call_responses::{self, CallChunks};
 use super::logprobs_json::Renderer;
 use super::prepare::prepare;
 use super::requests::{
-    parse_body, ChatRequest, CompletionRequest, GenerationRequest, RequestBody, RequestLimits,
+    parse_body, ChatRequest, CompletionRequest, GenerationRequest, OutputFormat, RequestBody,
+    RequestLimits,
 };
 use super::responses::{self, Endpoint, ResponseMeta};
 use super::state::{AppState, State};
@@ -95,7 +97,13 @@ async fn respond(
     request: GenerationRequest,
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
-    let job = prepare(&state.tokenizer, &state.limits, tenant, &request)?;
+    let job = prepare(
+        &state.tokenizer,
+        &state.grammars,
+        &state.limits,
+        tenant,
+        &request,
+    )?;
     let overrides = limits(state, &job.route.tenant).await?;
     let mut ticket = state
         .quotas
@@ -130,14 +138,17 @@ async fn respond(
     let logprobs = request
         .logprobs
         .map(|_| Renderer::new(Arc::clone(&state.tokenizer), endpoint));
+    // Only a request that may call gets its text read for calls.
+    let calls = matches!(request.output, OutputFormat::Tools(_));
     if request.stream {
-        let events = sse_stream(out, meta, request.include_usage, ticket, logprobs);
+        let calls = calls.then(CallChunks::new);
+        let events = sse_stream(out, meta, request.include_usage, ticket, logprobs, calls);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .streaming(events));
     }
-    collect(out, &meta, ticket, logprobs).await
+    collect(out, &meta, ticket, logprobs, calls).await
 }
 
 /// Wait for the whole answer.
@@ -146,6 +157,7 @@ async fn collect(
     meta: &ResponseMeta,
     mut ticket: Ticket,
     mut logprobs: Option<Renderer>,
+    calls: bool,
 ) -> Result<HttpResponse, ApiError> {
     let (mut text, mut entries) = (String::new(), Vec::new());
     while let Some(item) = out.recv().await {
@@ -157,7 +169,12 @@ async fn collect(
             Outgoing::Done(summary) => {
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
                 let lp = logprobs.as_mut().map(|r| r.render(&entries));
-                let body = responses::with_logprobs(responses::full(meta, &text, &summary), lp);
+                let body = if calls {
+                    call_responses::full_with_calls(meta, &text, &summary)
+                } else {
+                    responses::full(meta, &text, &summary)
+                };
+                let body = responses::with_logprobs(body, lp);
                 return Ok(HttpResponse::Ok().json(body));
             }
             Outgoing::Failed(why) => {
@@ -178,6 +195,7 @@ fn sse_stream(
     include_usage: bool,
     ticket: Ticket,
     logprobs: Option<Renderer>,
+    calls: Option<CallChunks>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
     struct S {
         out: mpsc::UnboundedReceiver<Outgoing>,
@@ -192,6 +210,8 @@ fn sse_stream(
         // whose text is empty); they go with the next chunk that carries text, or the
         // finish chunk.
         held: Vec<TokenLogprob>,
+        // A request with tools: its text is read for calls.
+        calls: Option<CallChunks>,
     }
     impl S {
         /// `chunk` with the held log-probabilities, if any (asked for and not yet sent).
@@ -204,6 +224,16 @@ fn sse_stream(
                 .map(|r| r.render(&held));
             responses::with_logprobs(chunk, lp)
         }
+
+        /// Chunks as server-sent events, the held log-probabilities on the first.
+        fn events(&mut self, chunks: Vec<serde_json::Value>) -> Vec<u8> {
+            let mut b = Vec::new();
+            for (i, c) in chunks.into_iter().enumerate() {
+                let c = if i == 0 { self.with_held(c) } else { c };
+                b.extend_from_slice(&responses::sse(&c));
+            }
+            b
+        }
     }
     let s = S {
         out,
@@ -213,6 +243,7 @@ fn sse_stream(
         ticket,
         logprobs,
         held: Vec::new(),
+        calls,
     };
     futures_util::stream::unfold(s, move |mut s| async move {
         if s.done {
@@ -223,15 +254,25 @@ fn sse_stream(
                 Some(Outgoing::Text(t, lp)) if t.is_empty() => s.held.extend(lp),
                 Some(Outgoing::Text(t, lp)) => {
                     s.held.extend(lp);
-                    let chunk = responses::text_chunk(&s.meta, &t, s.first);
+                    let chunks = match s.calls.as_mut() {
+                        Some(c) => c.push(&s.meta, &t, s.first),
+                        None => vec![responses::text_chunk(&s.meta, &t, s.first)],
+                    };
+                    if chunks.is_empty() {
+                        continue; // held: it could still open a call
+                    }
                     s.first = false;
-                    break responses::sse(&s.with_held(chunk));
+                    break Bytes::from(s.events(chunks));
                 }
                 Some(Outgoing::Done(summary)) => {
                     s.ticket
                         .used((summary.prompt_tokens + summary.completion_tokens) as u64);
-                    let finish = responses::finish_chunk(&s.meta, summary.finish_reason);
-                    let mut b = responses::sse(&s.with_held(finish)).to_vec();
+                    let reason = summary.finish_reason;
+                    let chunks = match s.calls.as_mut() {
+                        Some(c) => c.finish(&s.meta, reason, s.first),
+                        None => vec![responses::finish_chunk(&s.meta, reason)],
+                    };
+                    let mut b = s.events(chunks);
                     if include_usage {
                         b.extend_from_slice(&responses::sse(&responses::usage_chunk(
                             &s.meta, &summary,

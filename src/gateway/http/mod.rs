@@ -4,6 +4,7 @@
 pub mod analytics;
 pub mod auth;
 pub mod body;
+pub mod call_responses;
 pub mod completions;
 pub mod logprobs_json;
 pub mod openapi;
@@ -15,5 +16,6 @@ pub mod responses;
 pub mod routes;
 pub mod state;
 pub mod store_calls;
+pub mod structured;
 pub mod tenants_api;
 pub mod validate;

@@ -3,23 +3,33 @@
 
 use specgate_policies::classify;
 
+use crate::constraint::tools::{call_grammar, tools_prompt, ToolSpec};
+use crate::constraint::{GrammarError, GrammarSpec, LazyGrammars};
 use crate::engine::generate::GenerateParams;
 use crate::engine::RouteLabels;
 use crate::gateway::actors::request::Job;
 use crate::gateway::error::ApiError;
+use crate::gateway::http::requests::OutputFormat;
 use crate::gateway::http::requests::{GenerationRequest, RequestLimits};
+use crate::model::chat_template::ChatMessage;
 use crate::model::loaded::chat_prompt;
 use crate::model::tokenizer::Tokenizer;
+use specgate_strategies::TokenConstraint;
 
-/// Template, tokenize, check the context, classify: the job the engine will run.
+/// Template, tokenize, check the context, compile the output's grammar, classify: the job
+/// the engine will run.
 pub fn prepare(
     tokenizer: &Tokenizer,
+    grammars: &LazyGrammars,
     limits: &RequestLimits,
     tenant: String,
     r: &GenerationRequest,
 ) -> Result<Job, ApiError> {
+    let (spec, offered) = output_grammar(&r.output)?;
     let (text, user_text, param) = match (&r.messages, &r.prompt) {
         (Some(messages), _) => {
+            let with_tools = offered.map(|t| with_tools_prompt(messages, t));
+            let messages = with_tools.as_deref().unwrap_or(messages);
             let text = chat_prompt(tokenizer, messages)
                 .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
             let user: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
@@ -64,7 +74,58 @@ pub fn prepare(
         prediction,
         logprobs: r.logprobs,
         stream: r.stream,
-        grammar: None,
+        grammar: spec.map(|s| compile(grammars, &s, &r.output)).transpose()?,
+    })
+}
+
+/// The grammar a request's output must follow, and the tools its prompt offers.
+fn output_grammar(
+    output: &OutputFormat,
+) -> Result<(Option<GrammarSpec>, Option<&[ToolSpec]>), ApiError> {
+    Ok(match output {
+        OutputFormat::Text => (None, None),
+        OutputFormat::Grammar(g) => (Some(g.clone()), None),
+        OutputFormat::Tools(t) => {
+            let g = call_grammar(&t.tools, &t.choice, t.parallel, t.answer.as_ref())
+                .map_err(|e| ApiError::invalid(Some("tools"), e.to_string()))?;
+            (g, Some(&t.tools))
+        }
+    })
+}
+
+/// The messages with the tools described in the system message (the documented default for
+/// every template: see docs/structured-output.md).
+fn with_tools_prompt(messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<ChatMessage> {
+    let offer = tools_prompt(tools);
+    let mut out = messages.to_vec();
+    match out.first_mut() {
+        Some(m) if m.role == "system" => m.content = format!("{}\n\n{offer}", m.content),
+        _ => out.insert(0, ChatMessage::new("system", &offer)),
+    }
+    out
+}
+
+/// Compile in the handler: a grammar that cannot be used is the client's 400, never the
+/// engine's failure.
+fn compile(
+    grammars: &LazyGrammars,
+    spec: &GrammarSpec,
+    output: &OutputFormat,
+) -> Result<Box<dyn TokenConstraint>, ApiError> {
+    let param = match output {
+        OutputFormat::Tools(_) => "tools",
+        _ => "response_format",
+    };
+    let engine = grammars
+        .get()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    engine.compile(spec).map_err(|e| match e {
+        GrammarError::Invalid(why) => ApiError::invalid(
+            Some(param),
+            format!("the output grammar cannot be used: {why}"),
+        )
+        .with_code("invalid_grammar"),
+        GrammarError::Setup(why) => ApiError::internal(why),
     })
 }
 

@@ -11,6 +11,7 @@ use specgate_strategies::SamplingParams;
 use utoipa::ToSchema;
 
 use crate::gateway::error::ApiError;
+pub use crate::gateway::http::structured::OutputFormat;
 use crate::model::chat_template::ChatMessage;
 
 /// `stop`: one string or a list.
@@ -112,7 +113,6 @@ impl Message {
     pub fn unsupported_field(&self) -> Option<&'static str> {
         [
             ("refusal", &self.refusal),
-            ("tool_calls", &self.tool_calls),
             ("function_call", &self.function_call),
             ("audio", &self.audio),
             ("annotations", &self.annotations),
@@ -147,11 +147,6 @@ fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
         "logit_bias" => null || v.as_object().is_some_and(|o| o.values().all(zero)),
         "tool_choice" | "function_call" => null || v == "none" || v == "auto",
         "parallel_tool_calls" => null || v.is_boolean(),
-        "response_format" => {
-            null || v
-                .as_object()
-                .is_some_and(|o| o.len() == 1 && o.get("type").is_some_and(|t| t == "text"))
-        }
         "top_logprobs" => null || zero(v),
         "store" => null || v == false,
         "metadata" => null || v.is_object(),
@@ -235,10 +230,18 @@ pub struct CommonFields {
     /// drafts (a wrong one costs speed, never the answer).
     #[serde(default)]
     pub prediction: Option<PredictionField>,
+    /// `{"type": "text" | "json_object"}` or `{"type": "json_schema", "json_schema":
+    /// {"name", "schema", "strict"}}`: the answer is valid by construction.
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<serde_json::Value>,
+    /// specgate's extension (vLLM's name): exactly one of `json` (a schema), `regex`,
+    /// `grammar` (Lark, llguidance's dialect), `choice` (strings) or `json_object: true`.
+    #[schema(value_type = Option<Object>)]
+    pub structured_outputs: Option<serde_json::Value>,
 }
 
 /// Fields of [`CommonFields`]; with the endpoint's own, anything else is refused.
-const COMMON_FIELDS: [&str; 19] = [
+const COMMON_FIELDS: [&str; 21] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -258,6 +261,8 @@ const COMMON_FIELDS: [&str; 19] = [
     "workload",
     "speculation",
     "prediction",
+    "response_format",
+    "structured_outputs",
 ];
 
 /// A body the endpoint can name its fields for.
@@ -273,6 +278,16 @@ pub struct ChatRequest {
     /// With `logprobs` true: how many likeliest alternatives each token reports.
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 20)]
     pub top_logprobs: Option<f64>,
+    /// Functions the model may call: `[{"type": "function", "function": {"name",
+    /// "description", "parameters"}}]`.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<serde_json::Value>,
+    /// `none`, `auto` (the default with tools), `required`, or `{"type": "function",
+    /// "function": {"name"}}`.
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Whether one answer may hold several calls (default true).
+    pub parallel_tool_calls: Option<serde_json::Value>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
@@ -286,7 +301,13 @@ pub enum PromptField {
 }
 
 impl RequestBody for ChatRequest {
-    const OWN_FIELDS: &'static [&'static str] = &["messages", "top_logprobs"];
+    const OWN_FIELDS: &'static [&'static str] = &[
+        "messages",
+        "top_logprobs",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+    ];
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -337,6 +358,8 @@ pub struct GenerationRequest {
     pub prediction: Option<String>,
     /// Report each token's log-probability with this many alternatives (None: no logprobs).
     pub logprobs: Option<usize>,
+    /// What the answer must be: text, a grammar's language, or tool calls.
+    pub output: OutputFormat,
 }
 
 /// Parse a JSON body into `T`: a 400 with serde's explanation when it is not JSON or a field
@@ -400,13 +423,6 @@ mod tests {
             ("tools", json!([{"type": "function"}]), Some(false)),
             ("logit_bias", json!({"50256": 0}), Some(true)),
             ("logit_bias", json!({"50256": -100}), Some(false)),
-            ("response_format", json!({"type": "text"}), Some(true)),
-            (
-                "response_format",
-                json!({"type": "json_object"}),
-                Some(false),
-            ),
-            ("response_format", json!({"json_schema": {}}), Some(false)),
             // Chat implements it; to completions only the neutral value is known.
             ("top_logprobs", json!(0.0), Some(true)),
             ("top_logprobs", json!(2), Some(false)),

@@ -66,10 +66,45 @@ pub struct CompletionTokensDetails {
 pub struct AssistantMessage {
     /// Always "assistant".
     pub role: String,
-    pub content: String,
+    /// Null when the answer is only tool calls.
+    pub content: Option<String>,
+    /// The functions the model called (a request with `tools`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
-/// `finish_reason`: "stop" (end of text or a stop string) or "length" (max_tokens).
+/// One call: `arguments` is JSON text valid against the function's `parameters`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCall {
+    pub id: String,
+    /// Always "function".
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct FunctionCall {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+}
+
+/// A streamed piece of call `index`: its first delta carries the id, type and name, the
+/// next ones pieces of its arguments.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub function: FunctionCall,
+}
+
+/// `finish_reason`: "stop" (end of text or a stop string), "length" (max_tokens) or
+/// "tool_calls" (the answer called functions).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
@@ -99,6 +134,8 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -153,7 +190,7 @@ pub struct SseEvent {
     pub data: String,
 }
 
-fn finish_name(f: FinishReason) -> String {
+pub(crate) fn finish_name(f: FinishReason) -> String {
     match f {
         FinishReason::Stop => "stop".into(),
         FinishReason::Length => "length".into(),
@@ -189,7 +226,7 @@ fn to_value(v: impl Serialize) -> Value {
 }
 
 impl ResponseMeta {
-    fn chat_chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> Value {
+    pub(crate) fn chat_chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> Value {
         to_value(ChatCompletionChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk".into(),
@@ -246,7 +283,8 @@ pub fn full(meta: &ResponseMeta, text: &str, s: &Summary) -> Value {
                 index: 0,
                 message: AssistantMessage {
                     role: "assistant".into(),
-                    content: text.to_string(),
+                    content: Some(text.to_string()),
+                    tool_calls: None,
                 },
                 logprobs: None,
                 finish_reason: finish,
@@ -264,6 +302,7 @@ pub fn text_chunk(meta: &ResponseMeta, text: &str, first: bool) -> Value {
             let delta = Delta {
                 role: first.then(|| "assistant".to_string()),
                 content: Some(text.to_string()),
+                tool_calls: None,
             };
             meta.chat_chunk(vec![chunk_choice(delta, None)], None)
         }
@@ -271,7 +310,7 @@ pub fn text_chunk(meta: &ResponseMeta, text: &str, first: bool) -> Value {
     }
 }
 
-fn chunk_choice(delta: Delta, finish: Option<String>) -> ChunkChoice {
+pub(crate) fn chunk_choice(delta: Delta, finish: Option<String>) -> ChunkChoice {
     ChunkChoice {
         index: 0,
         delta,

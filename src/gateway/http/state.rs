@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actix_web::web;
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::constraint::LazyGrammars;
 use crate::gateway::actors::request::Services;
 use crate::gateway::admission::Quotas;
 use crate::gateway::http::requests::RequestLimits;
@@ -19,6 +20,8 @@ pub struct AppState {
     pub policies: Arc<dyn PolicyStore>,
     pub history: Arc<dyn HistoryStore>,
     pub tokenizer: Arc<Tokenizer>,
+    /// Compiles response formats, grammars and tool calls for the served model.
+    pub grammars: Arc<LazyGrammars>,
     pub limits: RequestLimits,
     pub admin_token: Option<String>,
     pub metrics: PrometheusHandle,
