@@ -6,6 +6,7 @@ Exits non-zero (with the failing check) when the server does not behave as OpenA
 Run by tests/openai_client.rs, which starts the server.
 """
 
+import json
 import os
 import sys
 
@@ -86,11 +87,100 @@ follow = client.chat.completions.create(
 check(len(follow.choices[0].message.content) > 0, "a replayed conversation with neutral fields")
 try:
     client.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=4, response_format={"type": "json_object"},
+        model=MODEL, messages=messages, max_tokens=4, reasoning_effort="high",
     )
-    check(False, "json mode must fail")
+    check(False, "reasoning_effort must fail")
 except openai.BadRequestError as e:
-    check("response_format" in str(e), "an unsupported value is BadRequestError (400) naming it")
+    check("reasoning_effort" in str(e), "an unsupported value is BadRequestError (400) naming it")
+
+# JSON mode and a schema: the answer parses (and follows the schema) by construction.
+jm = client.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "Give me a JSON object with a name and an age."}],
+    max_tokens=120, temperature=0, response_format={"type": "json_object"},
+)
+check(jm.choices[0].finish_reason == "stop", "json mode ends on its own")
+check(isinstance(json.loads(jm.choices[0].message.content), dict), "json mode answers a JSON object")
+city = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+        "population": {"type": "integer", "minimum": 0}}, "required": ["city", "population"],
+        "additionalProperties": False}
+js = client.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "Name a big city and its population."}],
+    max_tokens=60, temperature=0,
+    response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": city, "strict": True}},
+)
+answer = json.loads(js.choices[0].message.content)
+check(set(answer) == {"city", "population"} and isinstance(answer["population"], int), "json_schema answer")
+
+# Tool calls.
+weather = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 30},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+clock = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"type": "string", "maxLength": 20}}, "required": ["zone"], "additionalProperties": False}}}
+ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def valid_weather(args):
+    return set(args) == {"city", "unit"} and isinstance(args["city"], str) \
+        and len(args["city"]) <= 30 and args["unit"] in ("celsius", "fahrenheit")
+
+
+tc = client.chat.completions.create(
+    model=MODEL, messages=ask, tools=[weather, clock], tool_choice="required",
+    parallel_tool_calls=False, max_tokens=96, temperature=0,
+)
+calls = tc.choices[0].message.tool_calls
+check(tc.choices[0].finish_reason == "tool_calls" and len(calls) == 1, "a required call")
+call = calls[0]
+args = json.loads(call.function.arguments)
+check(call.type == "function" and call.id.startswith("call_"), "the call's id and type")
+check(call.function.name != "get_weather" or valid_weather(args), "arguments match the schema")
+named = client.chat.completions.create(
+    model=MODEL, messages=ask, tools=[weather, clock], max_tokens=96, temperature=0,
+    tool_choice={"type": "function", "function": {"name": "get_weather"}},
+)
+ncall = named.choices[0].message.tool_calls[0]
+check(ncall.function.name == "get_weather" and valid_weather(json.loads(ncall.function.arguments)),
+      "a named function is called with valid arguments")
+# Streamed: the deltas assemble into the same call.
+parts = {}
+finish = None
+for chunk in client.chat.completions.create(
+    model=MODEL, messages=ask, tools=[weather, clock], max_tokens=96, temperature=0,
+    tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True,
+):
+    for c in chunk.choices:
+        finish = c.finish_reason or finish
+        for d in c.delta.tool_calls or []:
+            p = parts.setdefault(d.index, {"name": "", "arguments": "", "id": None})
+            p["id"] = p["id"] or d.id
+            p["name"] += d.function.name or ""
+            p["arguments"] += d.function.arguments or ""
+check(finish == "tool_calls" and len(parts) == 1, "a streamed call ends with tool_calls")
+check(parts[0]["name"] == "get_weather" and parts[0]["arguments"] == ncall.function.arguments,
+      "streamed deltas assemble into the same call")
+none = client.chat.completions.create(
+    model=MODEL, messages=ask, tools=[weather], tool_choice="none", max_tokens=24, temperature=0,
+)
+check(none.choices[0].message.tool_calls is None and none.choices[0].message.content, "none never calls")
+# The call's result goes back, replayed from the response object.
+turns = ask + [named.choices[0].message.model_dump(),
+               {"role": "tool", "tool_call_id": ncall.id, "content": "18 degrees and sunny"}]
+after = client.chat.completions.create(model=MODEL, messages=turns, tools=[weather], max_tokens=24, temperature=0)
+check(after.choices[0].message.content or after.choices[0].message.tool_calls, "a conversation with a tool result")
+for bad, what in [
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [weather]}, "tool_choice"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}}}, "response_format"),
+]:
+    try:
+        client.chat.completions.create(model=MODEL, messages=ask, max_tokens=8, **bad)
+        check(False, f"a bad {what} must fail")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and (e.param == what or what in str(e)), f"a bad {what} is BadRequestError (400)")
 
 # Models.
 ids = [m.id for m in client.models.list().data]

@@ -81,7 +81,7 @@ pub struct ContentPart {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    #[schema(pattern = "^(system|user|assistant|developer)$")]
+    #[schema(pattern = "^(system|user|assistant|developer|tool)$")]
     pub role: String,
     /// Null only on an assistant message (read as empty).
     #[serde(default)]
@@ -100,6 +100,10 @@ pub struct Message {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub function_call: Option<serde_json::Value>,
+    /// A tool message's call (`role` "tool"): the result is shown to the model in order,
+    /// so the id itself is not needed.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub audio: Option<serde_json::Value>,
