@@ -50,6 +50,8 @@ pub fn default_plan(class: WorkloadClass) -> SpecPlan {
         WorkloadClass::Rag => (StrategyKind::Suffix, 4),
         WorkloadClass::Creative => (StrategyKind::Ngram, 2),
         WorkloadClass::Chat => (StrategyKind::Ngram, 3),
+        // Forced tokens draft themselves; lookups of earlier answers fill repeated values.
+        WorkloadClass::Structured => (StrategyKind::Suffix, 4),
     };
     SpecPlan {
         strategy,

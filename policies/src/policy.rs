@@ -117,6 +117,7 @@ pub fn default_policy(class: WorkloadClass) -> RoutePolicy {
         WorkloadClass::Rag => include_str!("../defaults/rag.toml"),
         WorkloadClass::Creative => include_str!("../defaults/creative.toml"),
         WorkloadClass::Chat => include_str!("../defaults/chat.toml"),
+        WorkloadClass::Structured => include_str!("../defaults/structured.toml"),
     };
     // The shipped files are checked by a test; a broken one must not take the server down.
     RoutePolicy::from_toml(text).unwrap_or(RoutePolicy {

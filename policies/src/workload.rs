@@ -16,14 +16,23 @@ pub enum WorkloadClass {
     Creative,
     /// Everything else.
     Chat,
+    /// Output held to a grammar (a JSON schema, JSON mode, tool calls): its forced tokens
+    /// and masks make it accept unlike its text's class, so it is a route of its own.
+    Structured,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?} (known: code_edit, rag, creative, chat)")]
+#[error("unknown workload {0:?} (known: code_edit, rag, creative, chat, structured)")]
 pub struct UnknownWorkload(pub String);
 
 impl WorkloadClass {
-    pub const ALL: [WorkloadClass; 4] = [Self::CodeEdit, Self::Rag, Self::Creative, Self::Chat];
+    pub const ALL: [WorkloadClass; 5] = [
+        Self::CodeEdit,
+        Self::Rag,
+        Self::Creative,
+        Self::Chat,
+        Self::Structured,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -31,6 +40,7 @@ impl WorkloadClass {
             Self::Rag => "rag",
             Self::Creative => "creative",
             Self::Chat => "chat",
+            Self::Structured => "structured",
         }
     }
 }

@@ -27,6 +27,22 @@ pub enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Schema-shaped requests (extraction, tool calls): plain decoding without and with the
+    /// grammar, and speculative configurations with it (greedy).
+    Structured {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value = "tests/fixtures/structured/bench.json")]
+        requests: PathBuf,
+        /// Speculative configurations as strategy:k, comma-separated.
+        #[arg(long, value_delimiter = ',', value_parser = config_arg,
+              default_value = "ngram:4,suffix:4,suffix-medusa:4,medusa-tree:8")]
+        configs: Vec<(StrategyKind, usize)>,
+        #[arg(long, default_value_t = 160)]
+        max_tokens: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
     /// Every prompt set x strategy x k against plain decoding, interleaved.
     Spec {
         #[arg(long)]
@@ -77,6 +93,15 @@ pub enum BenchCommand {
     },
 }
 
+fn config_arg(s: &str) -> Result<(StrategyKind, usize), String> {
+    let (kind, k) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected strategy:k"))?;
+    let kind: StrategyKind = kind.parse().map_err(|e| format!("{e}"))?;
+    let k: usize = k.parse().map_err(|e| format!("{s:?}: k: {e}"))?;
+    Ok((kind, k))
+}
+
 fn set_arg(s: &str) -> Result<String, String> {
     let known = specgate::tools::prompts::SET_NAMES;
     if known.contains(&s) {
@@ -108,6 +133,25 @@ pub fn run(which: BenchCommand) -> Result<()> {
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
             }
+            Ok(())
+        }
+        BenchCommand::Structured {
+            model,
+            requests,
+            configs,
+            max_tokens,
+            repeats,
+        } => {
+            let cfg = specgate::tools::bench_structured::StructuredBenchConfig {
+                model: resolve_model(model)?,
+                requests,
+                configs,
+                max_tokens,
+                repeats: repeats.max(1),
+            };
+            let rows =
+                specgate::tools::bench_structured::bench_structured(&cfg, &mut std::io::stderr())?;
+            println!("{}", specgate::tools::bench_structured::markdown(&rows));
             Ok(())
         }
         BenchCommand::Spec {

@@ -10,6 +10,7 @@
 use serde_json::{json, Value};
 
 use super::{with_layout, GrammarError, GrammarSpec};
+use crate::model::chat_template::ChatMessage;
 
 /// A function the client offers (`tools[i].function`).
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +115,18 @@ pub fn tools_prompt(tools: &[ToolSpec]) -> String {
           arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
           {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
     s
+}
+
+/// The messages with the tools described in the system message (the documented default for
+/// every template: docs/structured-output.md).
+pub fn offer_tools(messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<ChatMessage> {
+    let offer = tools_prompt(tools);
+    let mut out = messages.to_vec();
+    match out.first_mut() {
+        Some(m) if m.role == "system" => m.content = format!("{}\n\n{offer}", m.content),
+        _ => out.insert(0, ChatMessage::new("system", &offer)),
+    }
+    out
 }
 
 /// An assistant turn's earlier calls, written as the model would have written them.

@@ -6,6 +6,7 @@ pub mod bench_lm_head;
 pub mod bench_policy;
 pub mod bench_spec;
 pub mod bench_store;
+pub mod bench_structured;
 pub mod candle_reference;
 pub mod loadgen;
 pub mod loadgen_report;

@@ -239,11 +239,6 @@ impl Actor for RequestActor {
                 act.off_route = true;
                 Box::new(PredictionDrafter::new(job.prediction, drafter)) as BoxedDrafter
             };
-            // Forced tokens and masks change what a strategy accepts: a constrained
-            // request's rounds are kept from the learner's evidence of its route.
-            if job.grammar.is_some() {
-                act.off_route = true;
-            }
             let (tx, mut rx) = mpsc::unbounded_channel();
             let mut params = job.params;
             params.max_draft_tokens = plan.k;

@@ -1,9 +1,9 @@
 //! From a validated request to the job the engine runs: the chat template, tokens, the
 //! completion budget the context leaves, and the workload class.
 
-use specgate_policies::classify;
+use specgate_policies::{classify, WorkloadClass};
 
-use crate::constraint::tools::{call_grammar, tools_prompt, ToolSpec};
+use crate::constraint::tools::{call_grammar, offer_tools, ToolSpec};
 use crate::constraint::{GrammarError, GrammarSpec, LazyGrammars};
 use crate::engine::generate::GenerateParams;
 use crate::engine::RouteLabels;
@@ -11,7 +11,6 @@ use crate::gateway::actors::request::Job;
 use crate::gateway::error::ApiError;
 use crate::gateway::http::requests::OutputFormat;
 use crate::gateway::http::requests::{GenerationRequest, RequestLimits};
-use crate::model::chat_template::ChatMessage;
 use crate::model::loaded::chat_prompt;
 use crate::model::tokenizer::Tokenizer;
 use specgate_strategies::TokenConstraint;
@@ -28,7 +27,7 @@ pub fn prepare(
     let (spec, offered) = output_grammar(&r.output)?;
     let (text, user_text, param) = match (&r.messages, &r.prompt) {
         (Some(messages), _) => {
-            let with_tools = offered.map(|t| with_tools_prompt(messages, t));
+            let with_tools = offered.map(|t| offer_tools(messages, t));
             let messages = with_tools.as_deref().unwrap_or(messages);
             let text = chat_prompt(tokenizer, messages)
                 .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
@@ -68,7 +67,12 @@ pub fn prepare(
         },
         route: RouteLabels {
             tenant,
-            class: r.workload.unwrap_or_else(|| classify(&user_text)),
+            // A constrained answer accepts unlike its text's class: its own route.
+            class: if spec.is_some() {
+                WorkloadClass::Structured
+            } else {
+                r.workload.unwrap_or_else(|| classify(&user_text))
+            },
         },
         speculation: r.speculation,
         prediction,
@@ -91,18 +95,6 @@ fn output_grammar(
             (g, Some(&t.tools))
         }
     })
-}
-
-/// The messages with the tools described in the system message (the documented default for
-/// every template: see docs/structured-output.md).
-fn with_tools_prompt(messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<ChatMessage> {
-    let offer = tools_prompt(tools);
-    let mut out = messages.to_vec();
-    match out.first_mut() {
-        Some(m) if m.role == "system" => m.content = format!("{}\n\n{offer}", m.content),
-        _ => out.insert(0, ChatMessage::new("system", &offer)),
-    }
-    out
 }
 
 /// Compile in the handler: a grammar that cannot be used is the client's 400, never the

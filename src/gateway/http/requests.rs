@@ -227,7 +227,7 @@ pub struct CommonFields {
     #[schema(value_type = Option<LogprobsField>)]
     pub logprobs: Option<serde_json::Value>,
     /// The workload class (else the `X-Workload` header, else a heuristic).
-    #[schema(pattern = "^(code_edit|rag|creative|chat)$")]
+    #[schema(pattern = "^(code_edit|rag|creative|chat|structured)$")]
     pub workload: Option<String>,
     pub speculation: Option<SpeculationField>,
     /// What the client expects most of the answer to be: drafted from when the request
