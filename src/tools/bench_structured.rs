@@ -56,6 +56,8 @@ pub struct ConfigRow {
     pub acceptance: f64,
     /// Outputs that differed from constrained plain decoding (greedy: should be 0).
     pub mismatches: usize,
+    /// Microseconds of one mask (the grammar walked over the output alone).
+    pub mask_micros: Option<f64>,
 }
 
 struct Totals {
@@ -67,6 +69,8 @@ struct Totals {
     forced: u64,
     ratios: Vec<f64>,
     mismatches: usize,
+    mask_secs: f64,
+    masks: usize,
 }
 
 impl Totals {
@@ -80,12 +84,15 @@ impl Totals {
             forced: 0,
             ratios: Vec::new(),
             mismatches: 0,
+            mask_secs: 0.0,
+            masks: 0,
         }
     }
 
+    /// Decode only: every configuration of a request shares its prompt's pass.
     fn add(&mut self, o: &GenerateOutput) {
-        self.tokens += o.generated_tokens;
-        self.secs += (o.prefill_time + o.decode_time).as_secs_f64();
+        self.tokens += o.generated_tokens.saturating_sub(1);
+        self.secs += o.decode_time.as_secs_f64();
         self.passes += o.target_passes;
         self.drafted += o.stats.drafted;
         self.accepted += o.stats.accepted;
@@ -118,7 +125,11 @@ fn prepare(lm: &LoadedModel, r: &BenchRequest) -> anyhow::Result<(Vec<TokenId>, 
     Ok((lm.tokenizer.encode_prompt(&text)?, spec))
 }
 
-fn drafters(model: &Path, lm: &LoadedModel, kinds: &[StrategyKind]) -> anyhow::Result<Vec<BoxedDrafter>> {
+fn drafters(
+    model: &Path,
+    lm: &LoadedModel,
+    kinds: &[StrategyKind],
+) -> anyhow::Result<Vec<BoxedDrafter>> {
     let cfg = DrafterConfig {
         target_path: model.to_path_buf(),
         draft_model: None,
@@ -138,7 +149,8 @@ pub fn bench_structured(
     cfg: &StructuredBenchConfig,
     log: &mut dyn std::io::Write,
 ) -> anyhow::Result<Vec<ConfigRow>> {
-    let requests: Vec<BenchRequest> = serde_json::from_str(&std::fs::read_to_string(&cfg.requests)?)?;
+    let requests: Vec<BenchRequest> =
+        serde_json::from_str(&std::fs::read_to_string(&cfg.requests)?)?;
     let mut lm = LoadedModel::load(&cfg.model)?;
     let grammars = Grammars::new(Arc::clone(&lm.tokenizer), lm.model.config().vocab_size)?;
     let prepared = requests
@@ -156,34 +168,75 @@ pub fn bench_structured(
             let mut run = |k: usize, d: &mut dyn Drafter, g: Option<&GrammarSpec>| {
                 let grammar = g.map(|g| grammars.compile(g)).transpose()?;
                 let params = GenerateParams::greedy(cfg.max_tokens, k);
-                generate_constrained(&mut lm.model, &lm.tokenizer, ids, &params, d, grammar, |_| {})
-                    .map_err(anyhow::Error::from)
+                generate_constrained(
+                    &mut lm.model,
+                    &lm.tokenizer,
+                    ids,
+                    &params,
+                    d,
+                    grammar,
+                    |_| {},
+                )
+                .map_err(anyhow::Error::from)
             };
             let unconstrained = run(0, &mut PlainDrafter, None)?;
             let base = run(0, &mut PlainDrafter, Some(grammar))?;
             free.add(&unconstrained);
             plain.add(&base);
-            plain.ratios.push(base.tokens_per_second() / unconstrained.tokens_per_second());
+            plain
+                .ratios
+                .push(decode_rate(&base) / decode_rate(&unconstrained));
+            let mut g = grammars.compile(grammar)?;
+            let t = std::time::Instant::now();
+            for &tok in &base.token_ids {
+                g.mask()?;
+                g.consume(&[tok])?;
+            }
+            plain.mask_secs += t.elapsed().as_secs_f64();
+            plain.masks += base.token_ids.len();
             for ((d, (kind, k)), t) in ds.iter_mut().zip(&cfg.configs).zip(&mut spec) {
                 let o = run(*k, d.as_mut(), Some(grammar))?;
                 t.add(&o);
-                t.ratios.push(o.tokens_per_second() / base.tokens_per_second());
+                t.ratios.push(decode_rate(&o) / decode_rate(&base));
                 if o.token_ids != base.token_ids {
                     t.mismatches += 1;
-                    writeln!(log, "{} {kind} k={k}: differs from constrained plain", r.name)?;
+                    writeln!(
+                        log,
+                        "{} {kind} k={k}: differs from constrained plain",
+                        r.name
+                    )?;
                 }
             }
-            writeln!(log, "repeat {repeat} {}: {} tokens, {}", r.name, base.generated_tokens, base.text)?;
+            writeln!(
+                log,
+                "repeat {repeat} {}: {} tokens, {}",
+                r.name, base.generated_tokens, base.text
+            )?;
         }
     }
     let mut rows = vec![row("unconstrained plain", &free, "", 1.0)];
     let ratio = median(&mut plain.ratios);
-    rows.push(row("constrained plain", &plain, "unconstrained plain", ratio));
+    rows.push(row(
+        "constrained plain",
+        &plain,
+        "unconstrained plain",
+        ratio,
+    ));
     for ((kind, k), t) in cfg.configs.iter().zip(&mut spec) {
         let ratio = median(&mut t.ratios);
-        rows.push(row(&format!("constrained {kind} k={k}"), t, "constrained plain", ratio));
+        rows.push(row(
+            &format!("constrained {kind} k={k}"),
+            t,
+            "constrained plain",
+            ratio,
+        ));
     }
     Ok(rows)
+}
+
+/// Tokens per second after the prompt's pass.
+fn decode_rate(o: &GenerateOutput) -> f64 {
+    o.generated_tokens.saturating_sub(1) as f64 / o.decode_time.as_secs_f64().max(1e-9)
 }
 
 fn row(label: &str, t: &Totals, baseline: &'static str, ratio: f64) -> ConfigRow {
@@ -196,6 +249,7 @@ fn row(label: &str, t: &Totals, baseline: &'static str, ratio: f64) -> ConfigRow
         forced_share: t.forced as f64 / t.drafted.max(1) as f64,
         acceptance: t.accepted as f64 / t.drafted.max(1) as f64,
         mismatches: t.mismatches,
+        mask_micros: (t.masks > 0).then(|| t.mask_secs * 1e6 / t.masks as f64),
     }
 }
 
@@ -214,12 +268,20 @@ fn median(xs: &mut [f64]) -> f64 {
 
 pub fn markdown(rows: &[ConfigRow]) -> String {
     let mut s = String::from(
-        "| configuration | tokens/s | median ratio | against | tokens/pass | forced/drafted | accepted/drafted | differs |\n|---|---|---|---|---|---|---|---|\n",
+        "| configuration | decode tokens/s | median ratio | against | tokens/pass | forced/drafted | accepted/drafted | differs | mask µs |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {:.1} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} |\n",
-            r.label, r.tokens_per_sec, r.ratio, r.baseline, r.tokens_per_pass, r.forced_share, r.acceptance, r.mismatches
+            "| {} | {:.1} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} |\n",
+            r.label,
+            r.tokens_per_sec,
+            r.ratio,
+            r.baseline,
+            r.tokens_per_pass,
+            r.forced_share,
+            r.acceptance,
+            r.mismatches,
+            r.mask_micros.map_or("".into(), |m| format!("{m:.0}"))
         );
     }
     s
