@@ -24,6 +24,8 @@ pub fn record_spec(route: &RouteLabels, plan: &SpecPlan, stats: &SpecStats) {
     counter!("specgate_spec_decode_num_accepted_tokens_total", &labels).increment(stats.accepted);
     counter!("specgate_spec_decode_drafter_failures_total", &labels)
         .increment(stats.drafter_failures);
+    // Draft tokens an output grammar forced (in num_draft_tokens too).
+    counter!("specgate_spec_decode_num_forced_tokens_total", &labels).increment(stats.forced);
     for (pos, &n) in stats.accepted_per_pos.iter().enumerate() {
         let mut l = labels.to_vec();
         l.push(("position", pos.to_string()));

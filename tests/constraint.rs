@@ -316,3 +316,62 @@ fn constrained_speculative_sampling_follows_the_constrained_distribution() {
     assert!(drafted > accepted + 100, "drafts were rejected too");
     common::distribution::assert_fits(&counts, &exact);
 }
+
+#[test]
+fn gemma_constrained_speculation_equals_constrained_plain() {
+    // A SentencePiece vocabulary of 262k tokens: the grammar engine and forced tokens on
+    // the second model the engine serves.
+    let mut lm = common::gemma();
+    let lm = &mut *lm;
+    let t = Instant::now();
+    let grammars = Grammars::new(Arc::clone(&lm.tokenizer), lm.model.config().vocab_size).unwrap();
+    eprintln!("grammar engine for Gemma's vocabulary: {:?}", t.elapsed());
+    let spec = GrammarSpec::JsonSchema(cat_schema());
+    let prompt = lm
+        .prompt_ids("A JSON description of a cat named Tom:\n")
+        .unwrap();
+    let cfg = DrafterConfig {
+        target_path: common::gemma_path(),
+        draft_model: None,
+        exit_layer: DEFAULT_EXIT_LAYER,
+        suffix_cache: None,
+        corpus: None,
+        seed: 0,
+        medusa_heads: None,
+    };
+    let mut go = |lm: &mut LoadedModel, k: usize, d: &mut dyn specgate_strategies::Drafter| {
+        let g = grammars.compile(&spec).unwrap();
+        let p = GenerateParams::greedy(96, k);
+        generate_constrained(
+            &mut lm.model,
+            &lm.tokenizer,
+            &prompt,
+            &p,
+            d,
+            Some(g),
+            |_| {},
+        )
+        .unwrap()
+    };
+    let plain = go(lm, 0, &mut PlainDrafter);
+    let v: Value =
+        serde_json::from_str(&plain.text).unwrap_or_else(|e| panic!("{e}: {}", plain.text));
+    assert!(
+        v["age"].as_i64().is_some_and(|a| (0..=30).contains(&a)),
+        "{v}"
+    );
+    for kind in [
+        StrategyKind::Ngram,
+        StrategyKind::Suffix,
+        StrategyKind::MedusaTree,
+    ] {
+        let mut d = kind.build(&cfg, &lm.tokenizer).unwrap();
+        let out = go(lm, 4, d.as_mut());
+        assert_eq!(out.token_ids, plain.token_ids, "{kind}: {}", out.text);
+        assert!(
+            out.stats.forced > 0 && out.target_passes < plain.target_passes,
+            "{kind}: {:?}",
+            out.stats
+        );
+    }
+}

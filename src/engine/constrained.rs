@@ -78,6 +78,21 @@ impl Constrained {
         self.failed.take()
     }
 
+    /// The draft that verification judges when the grammar cut a chain at a forbidden
+    /// token: the kept drafts, then that token (with its q row when the drafter sampled it).
+    pub fn judged_draft(
+        draft: &Draft,
+        forbidden: Option<(TokenId, Option<Vec<f32>>)>,
+    ) -> Option<Draft> {
+        let (token, q) = forbidden?;
+        let mut d = draft.clone();
+        d.tokens.push(token);
+        if let (Some(qs), Some(q)) = (d.q.as_mut(), q) {
+            qs.push(q);
+        }
+        Some(d)
+    }
+
     /// The round's rows masked ([rows, vocab] → [masks, vocab]).
     pub fn masked(rows: &[f32], rc: &RoundConstraint, vocab: usize) -> Vec<f32> {
         mask_rows(rows, &rc.round.masks, vocab)

@@ -298,7 +298,7 @@ impl SequenceState {
                 // A drafted token the grammar forbids is judged, and rejected, by the row
                 // after the kept drafts: a sampled rejection draws from its residual.
                 let forbidden = rc.as_mut().and_then(|rc| rc.round.forbidden.take());
-                let judged = with_forbidden(&draft, forbidden);
+                let judged = Constrained::judged_draft(&draft, forbidden);
                 let judged = judged.as_ref().unwrap_or(&draft);
                 let v = verify(judged, judge, vocab, &self.params.sampling, &mut self.rng);
                 // Rejected drafts leave the cache; `v.next` is not in it yet.
@@ -422,18 +422,6 @@ impl SequenceState {
         guarded(&mut self.stats, || drafter.finish());
         Ok(tail)
     }
-}
-
-/// The draft that verification judges when the grammar cut a chain at a forbidden token:
-/// the kept drafts, then that token (with its q row when the drafter sampled it).
-fn with_forbidden(draft: &Draft, forbidden: Option<(TokenId, Option<Vec<f32>>)>) -> Option<Draft> {
-    let (token, q) = forbidden?;
-    let mut d = draft.clone();
-    d.tokens.push(token);
-    if let (Some(qs), Some(q)) = (d.q.as_mut(), q) {
-        qs.push(q);
-    }
-    Some(d)
 }
 
 /// The difference between the two largest logits of a row ([vocab]).

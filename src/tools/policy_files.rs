@@ -115,10 +115,16 @@ mod tests {
         };
         store.put("acme", WorkloadClass::Rag, own, "ops").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(export(store.as_ref(), dir.path()).unwrap(), 5);
+        assert_eq!(
+            export(store.as_ref(), dir.path()).unwrap(),
+            WorkloadClass::ALL.len() + 1
+        );
 
         let fresh = crate::store::Stores::temporary().unwrap().policies;
-        assert_eq!(import(fresh.as_ref(), dir.path(), "import").unwrap(), 5);
+        assert_eq!(
+            import(fresh.as_ref(), dir.path(), "import").unwrap(),
+            WorkloadClass::ALL.len() + 1
+        );
         let key = |s: &std::sync::Arc<dyn PolicyStore>| {
             let mut v: Vec<_> = s
                 .all()

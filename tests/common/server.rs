@@ -242,6 +242,8 @@ pub struct StreamResult {
     pub logprobs: Vec<Value>,
     /// Per chunk: its text, and how many `logprobs.content` entries it carried.
     pub pieces: Vec<(String, usize)>,
+    /// Every chunk as sent.
+    pub events: Vec<Value>,
 }
 
 /// Read server-sent events until `data: [DONE]`.
@@ -276,6 +278,7 @@ pub fn parse_sse(reader: impl Read) -> StreamResult {
                 out.finish_reason = Some(f.to_string());
             }
         }
+        out.events.push(v);
     }
     out
 }

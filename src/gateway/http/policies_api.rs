@@ -61,7 +61,7 @@ pub(crate) async fn list(req: HttpRequest, state: State) -> Result<HttpResponse,
 }
 
 /// The policy in force for a route, and where it comes from.
-#[utoipa::path(get, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+#[utoipa::path(get, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative, chat or structured")),
     responses((status = 200, description = "The effective policy", body = Object)), security(("admin_token" = [])))]
 pub(crate) async fn get(
     req: HttpRequest,
@@ -87,7 +87,7 @@ pub(crate) async fn get(
 }
 
 /// Store a new version of a route's policy (flushed before the answer).
-#[utoipa::path(put, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+#[utoipa::path(put, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative, chat or structured")),
     request_body(content = Object, description = "speculation, allowed, k_min, k_max, explore, shadow_rate"),
     responses((status = 200, description = "The stored version", body = Object)), security(("admin_token" = [])))]
 pub(crate) async fn put(
@@ -107,7 +107,7 @@ pub(crate) async fn put(
 }
 
 /// Drop a route's own policy; the default applies again.
-#[utoipa::path(delete, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+#[utoipa::path(delete, path = "/admin/v1/policies/{tenant}/{class}", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative, chat or structured")),
     responses((status = 200, description = "Deleted", body = Object)), security(("admin_token" = [])))]
 pub(crate) async fn delete(
     req: HttpRequest,
@@ -130,7 +130,7 @@ pub(crate) async fn delete(
 }
 
 /// Every version of a route's policy.
-#[utoipa::path(get, path = "/admin/v1/policies/{tenant}/{class}/history", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative or chat")),
+#[utoipa::path(get, path = "/admin/v1/policies/{tenant}/{class}/history", tag = "policies", params(("tenant" = String, Path, description = "a tenant, or * for every tenant's default"), ("class" = String, Path, description = "code_edit, rag, creative, chat or structured")),
     responses((status = 200, description = "Versions, oldest first", body = Object)), security(("admin_token" = [])))]
 pub(crate) async fn history(
     req: HttpRequest,

@@ -88,7 +88,7 @@ fn output_grammar(
 ) -> Result<(Option<GrammarSpec>, Option<&[ToolSpec]>), ApiError> {
     Ok(match output {
         OutputFormat::Text => (None, None),
-        OutputFormat::Grammar(g) => (Some(g.clone()), None),
+        OutputFormat::Grammar(g, _) => (Some(g.clone()), None),
         OutputFormat::Tools(t) => {
             let g = call_grammar(&t.tools, &t.choice, t.parallel, t.answer.as_ref())
                 .map_err(|e| ApiError::invalid(Some("tools"), e.to_string()))?;
@@ -105,8 +105,8 @@ fn compile(
     output: &OutputFormat,
 ) -> Result<Box<dyn TokenConstraint>, ApiError> {
     let param = match output {
-        OutputFormat::Tools(_) => "tools",
-        _ => "response_format",
+        OutputFormat::Grammar(_, from) => from,
+        _ => "tools",
     };
     let engine = grammars
         .get()

@@ -36,6 +36,8 @@ pub struct SpeculativeUsage {
     pub adaptive: bool,
     pub drafted: u64,
     pub accepted: u64,
+    /// Draft tokens an output grammar forced (counted in `drafted` too).
+    pub forced: u64,
     pub acceptance_rate: f64,
     /// Forward passes of the target model (prefill included).
     pub target_passes: u64,
@@ -213,6 +215,7 @@ pub fn usage(s: &Summary) -> Usage {
             adaptive: s.plan.adaptive,
             drafted: s.stats.drafted,
             accepted: s.stats.accepted,
+            forced: s.stats.forced,
             acceptance_rate: s.stats.acceptance_rate(),
             target_passes: 1 + s.stats.rounds,
             drafter_failures: s.stats.drafter_failures,

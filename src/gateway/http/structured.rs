@@ -14,7 +14,8 @@ use crate::gateway::error::ApiError;
 pub enum OutputFormat {
     #[default]
     Text,
-    Grammar(GrammarSpec),
+    /// A grammar, and the parameter that gave it (named in errors).
+    Grammar(GrammarSpec, &'static str),
     Tools(ToolsRequest),
 }
 
@@ -275,25 +276,27 @@ fn tool_choice(v: Option<&Value>, specs: &[ToolSpec]) -> Result<ToolChoice, ApiE
     Ok(choice)
 }
 
-/// The grammar of `response_format` or of the extension: giving both is refused.
+/// The grammar of `response_format` or of the extension, with the parameter that gave it:
+/// giving both is refused.
 pub fn grammar_of(
     format: Option<GrammarSpec>,
     extension: Option<GrammarSpec>,
-) -> Result<Option<GrammarSpec>, ApiError> {
+) -> Result<Option<(GrammarSpec, &'static str)>, ApiError> {
     match (format, extension) {
         (Some(_), Some(_)) => Err(invalid(
             "structured_outputs",
             "give either `response_format` or `structured_outputs`, not both",
         )),
-        (a, b) => Ok(a.or(b)),
+        (Some(f), None) => Ok(Some((f, "response_format"))),
+        (None, e) => Ok(e.map(|e| (e, "structured_outputs"))),
     }
 }
 
 impl OutputFormat {
-    /// The grammar of a format without tools.
-    pub fn grammar(&self) -> Option<&GrammarSpec> {
+    /// The grammar of a format without tools, and the parameter that gave it.
+    pub fn grammar(&self) -> Option<(GrammarSpec, &'static str)> {
         match self {
-            OutputFormat::Grammar(g) => Some(g),
+            OutputFormat::Grammar(g, from) => Some((g.clone(), from)),
             _ => None,
         }
     }
@@ -302,15 +305,16 @@ impl OutputFormat {
 /// The one output format of a request from its grammar and its tools; a combination that
 /// says two things is refused.
 pub fn output_format(
-    grammar: Option<GrammarSpec>,
+    grammar: Option<(GrammarSpec, &'static str)>,
     tools: Option<ToolsRequest>,
 ) -> Result<OutputFormat, ApiError> {
     match (tools, grammar) {
         // Tools the model may not call are not offered at all.
-        (Some(t), g) if t.choice == ToolChoice::None => {
-            Ok(g.map_or(OutputFormat::Text, OutputFormat::Grammar))
-        }
-        (Some(mut t), Some(g)) => {
+        (Some(t), g) if t.choice == ToolChoice::None => Ok(g
+            .map_or(OutputFormat::Text, |(g, from)| {
+                OutputFormat::Grammar(g, from)
+            })),
+        (Some(mut t), Some((g, _))) => {
             // Beside tools, only a JSON answer can be told apart from a call.
             t.answer = Some(match g {
                 GrammarSpec::JsonObject => serde_json::json!({"type": "object"}),
@@ -325,7 +329,7 @@ pub fn output_format(
             Ok(OutputFormat::Tools(t))
         }
         (Some(t), None) => Ok(OutputFormat::Tools(t)),
-        (None, Some(g)) => Ok(OutputFormat::Grammar(g)),
+        (None, Some((g, from))) => Ok(OutputFormat::Grammar(g, from)),
         (None, None) => Ok(OutputFormat::Text),
     }
 }

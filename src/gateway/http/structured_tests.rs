@@ -135,13 +135,21 @@ fn tools_and_tool_choice_are_checked() {
 #[test]
 fn formats_combine_only_where_they_say_one_thing() {
     let t = tools(Some(&json!([weather()])), None, None).unwrap();
-    let json_answer = Some(GrammarSpec::JsonObject);
+    let json_answer = Some((GrammarSpec::JsonObject, "response_format"));
     let OutputFormat::Tools(both) = output_format(json_answer.clone(), t.clone()).unwrap() else {
         panic!("tools");
     };
     assert_eq!(both.answer, Some(json!({"type": "object"})));
-    assert!(output_format(Some(GrammarSpec::Regex("a".into())), t.clone()).is_err());
-    assert!(grammar_of(json_answer.clone(), Some(GrammarSpec::Regex("a".into()))).is_err());
+    assert!(output_format(
+        Some((GrammarSpec::Regex("a".into()), "structured_outputs")),
+        t.clone()
+    )
+    .is_err());
+    assert!(grammar_of(
+        Some(GrammarSpec::JsonObject),
+        Some(GrammarSpec::Regex("a".into()))
+    )
+    .is_err());
     let none = tools(Some(&json!([weather()])), Some(&json!("none")), None).unwrap();
     assert_eq!(
         output_format(None, none.clone()).unwrap(),
@@ -149,7 +157,7 @@ fn formats_combine_only_where_they_say_one_thing() {
     );
     assert_eq!(
         output_format(json_answer, none).unwrap(),
-        OutputFormat::Grammar(GrammarSpec::JsonObject)
+        OutputFormat::Grammar(GrammarSpec::JsonObject, "response_format")
     );
     assert_eq!(output_format(None, None).unwrap(), OutputFormat::Text);
 }

@@ -127,7 +127,7 @@ impl ChatRequest {
         let logprobs = self.common.logprobs.clone();
         let mut req = self.common.validate(limits, workload_header)?;
         if tools.is_some() {
-            req.output = structured::output_format(req.output.grammar().cloned(), tools)?;
+            req.output = structured::output_format(req.output.grammar(), tools)?;
         }
         req.messages = Some(out);
         req.logprobs = chat_logprobs(logprobs.as_ref(), self.top_logprobs)?;
