@@ -339,7 +339,7 @@ fn gemma_constrained_speculation_equals_constrained_plain() {
         seed: 0,
         medusa_heads: None,
     };
-    let mut go = |lm: &mut LoadedModel, k: usize, d: &mut dyn specgate_strategies::Drafter| {
+    let go = |lm: &mut LoadedModel, k: usize, d: &mut dyn specgate_strategies::Drafter| {
         let g = grammars.compile(&spec).unwrap();
         let p = GenerateParams::greedy(96, k);
         generate_constrained(

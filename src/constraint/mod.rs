@@ -86,7 +86,7 @@ pub struct Grammars {
 
 impl Grammars {
     pub fn new(tokenizer: Arc<Tokenizer>, vocab: usize) -> Result<Self, GrammarError> {
-        let env = tok_env::ModelTokEnv::new(tokenizer, vocab);
+        let env = tok_env::ModelTokEnv::env(tokenizer, vocab);
         let mut factory =
             ParserFactory::new_simple(&env).map_err(|e| GrammarError::Setup(e.to_string()))?;
         factory.quiet();

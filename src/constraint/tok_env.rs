@@ -17,7 +17,7 @@ pub struct ModelTokEnv {
 impl ModelTokEnv {
     /// The environment for a model whose logit rows are `vocab` wide (ids past the
     /// tokenizer's stand for nothing and are never allowed).
-    pub fn new(tokenizer: Arc<Tokenizer>, vocab: usize) -> TokEnv {
+    pub fn env(tokenizer: Arc<Tokenizer>, vocab: usize) -> TokEnv {
         let words: Vec<Vec<u8>> = (0..vocab as u32)
             .map(|id| {
                 if id as usize >= tokenizer.vocab_size() {
