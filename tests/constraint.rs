@@ -16,7 +16,6 @@ use specgate::drafting::registry::{
 };
 use specgate::engine::generate::{generate_constrained, GenerateOutput, GenerateParams};
 use specgate::model::loaded::LoadedModel;
-use specgate::model::LogitRows;
 use specgate::{SamplingParams, TokenId};
 use specgate_strategies::{mask_rows, PlainDrafter, SuffixCache};
 
@@ -231,45 +230,6 @@ fn a_mask_costs_little_next_to_a_decode_step() {
     );
 }
 
-/// The exact distribution of up to `tokens` tokens under the grammar: the model's rows
-/// masked by the grammar at each prefix, sampling parameters applied.
-fn exact_constrained(
-    lm: &mut LoadedModel,
-    sampling: &SamplingParams,
-    prompt: &[TokenId],
-    spec: &GrammarSpec,
-    tokens: usize,
-) -> BTreeMap<Vec<TokenId>, f64> {
-    let eos = lm.tokenizer.eos();
-    let vocab = lm.model.config().vocab_size;
-    let mut out = BTreeMap::new();
-    let mut frontier = vec![(Vec::<TokenId>::new(), 1.0f64)];
-    while let Some((prefix, p)) = frontier.pop() {
-        if prefix.len() == tokens {
-            out.insert(prefix, p);
-            continue;
-        }
-        let mut g = grammars(lm).compile(spec).unwrap();
-        g.consume(&prefix).unwrap();
-        let seq = lm.model.new_sequence();
-        let ctx = [prompt, &prefix].concat();
-        let row = lm.model.forward_one(seq, &ctx, LogitRows::Last).unwrap();
-        let masked = mask_rows(row.row(0, 0), &[g.mask().unwrap()], vocab);
-        lm.model.release(seq);
-        for (t, &q) in sampling.probs(&masked).iter().enumerate() {
-            if q <= 0.0 {
-                continue;
-            }
-            if t as TokenId == eos {
-                *out.entry(prefix.clone()).or_default() += p * q as f64;
-            } else {
-                frontier.push(([prefix.clone(), vec![t as TokenId]].concat(), p * q as f64));
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn constrained_speculative_sampling_follows_the_constrained_distribution() {
     let mut lm = common::model();
@@ -285,16 +245,18 @@ fn constrained_speculative_sampling_follows_the_constrained_distribution() {
     };
     let prompt = chat(lm, "Will it rain tomorrow? Answer yes, no or maybe.");
     let tokens = 3;
-    let exact = exact_constrained(lm, &sampling, &prompt, &spec, tokens);
-    let cfg = DrafterConfig {
-        target_path: common::model_path(),
-        draft_model: None,
-        exit_layer: DEFAULT_EXIT_LAYER,
-        suffix_cache: None,
-        corpus: None,
-        seed: 5,
-        medusa_heads: None,
+    // The exact distribution under the grammar: the model's rows masked by the grammar's
+    // state after each prefix.
+    let vocab = lm.model.config().vocab_size;
+    let g = grammars(lm);
+    let mut mask = |generated: &[TokenId], row: &mut [f32]| {
+        let mut c = g.compile(&spec).unwrap();
+        c.consume(generated).unwrap();
+        let masked = mask_rows(row, &[c.mask().unwrap()], vocab);
+        row.copy_from_slice(&masked);
     };
+    let exact = common::distribution::exact_shaped(lm, &sampling, &prompt, tokens, &mut mask);
+    let cfg = common::lean_drafter_config(common::model_path(), 5);
     let mut drafter = StrategyKind::Medusa.build(&cfg, &lm.tokenizer).unwrap();
     let mut counts: BTreeMap<Vec<TokenId>, u64> = BTreeMap::new();
     let (mut drafted, mut accepted) = (0, 0);
@@ -330,15 +292,7 @@ fn gemma_constrained_speculation_equals_constrained_plain() {
     let prompt = lm
         .prompt_ids("A JSON description of a cat named Tom:\n")
         .unwrap();
-    let cfg = DrafterConfig {
-        target_path: common::gemma_path(),
-        draft_model: None,
-        exit_layer: DEFAULT_EXIT_LAYER,
-        suffix_cache: None,
-        corpus: None,
-        seed: 0,
-        medusa_heads: None,
-    };
+    let cfg = common::lean_drafter_config(common::gemma_path(), 0);
     let go = |lm: &mut LoadedModel, k: usize, d: &mut dyn specgate_strategies::Drafter| {
         let g = grammars.compile(&spec).unwrap();
         let p = GenerateParams::greedy(96, k);

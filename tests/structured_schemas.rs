@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use specgate::constraint::{GrammarSpec, Grammars};
-use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::drafting::registry::{BuildDrafter, StrategyKind};
 use specgate::engine::generate::{generate_constrained, FinishReason, GenerateParams};
 use specgate::SamplingParams;
 use specgate_strategies::{Drafter, PlainDrafter};
@@ -33,15 +33,7 @@ fn every_output_validates_against_its_schema() {
     let mut lm = common::model();
     let lm = &mut *lm;
     let grammars = Grammars::new(Arc::clone(&lm.tokenizer), lm.model.config().vocab_size).unwrap();
-    let cfg = DrafterConfig {
-        target_path: common::model_path(),
-        draft_model: None,
-        exit_layer: DEFAULT_EXIT_LAYER,
-        suffix_cache: None,
-        corpus: None,
-        seed: 3,
-        medusa_heads: None,
-    };
+    let cfg = common::lean_drafter_config(common::model_path(), 3);
     // A lookup-then-heads drafter for greedy requests, the heads' sampled chain (with q)
     // for sampled ones.
     let mut greedy_drafter = StrategyKind::SuffixMedusa

@@ -8,13 +8,21 @@ use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
 use specgate::{SamplingParams, TokenId};
 
-/// The target's next-token distribution after `ctx` (sampling parameters applied).
-fn next_probs(lm: &mut LoadedModel, sampling: &SamplingParams, ctx: &[TokenId]) -> Vec<f32> {
+/// The target's next-token distribution after `ctx` (sampling parameters applied after
+/// `shape` rewrote the row: [vocab]).
+fn next_probs(
+    lm: &mut LoadedModel,
+    sampling: &SamplingParams,
+    ctx: &[TokenId],
+    generated: &[TokenId],
+    shape: &mut dyn FnMut(&[TokenId], &mut [f32]),
+) -> Vec<f32> {
     let seq = lm.model.new_sequence();
     let out = lm.model.forward_one(seq, ctx, LogitRows::Last).unwrap();
-    let p = sampling.probs(out.row(0, 0));
+    let mut row = out.row(0, 0).to_vec();
+    shape(generated, &mut row);
     lm.model.release(seq);
-    p
+    sampling.probs(&row)
 }
 
 /// Exact probabilities of every output of up to `tokens` tokens (EOS ends one early and is
@@ -25,6 +33,18 @@ pub fn exact(
     prompt: &[TokenId],
     tokens: usize,
 ) -> BTreeMap<Vec<TokenId>, f64> {
+    exact_shaped(lm, sampling, prompt, tokens, &mut |_, _| {})
+}
+
+/// [`exact`] with every row rewritten by `shape(generated so far, row)` before sampling (an
+/// output grammar's mask).
+pub fn exact_shaped(
+    lm: &mut LoadedModel,
+    sampling: &SamplingParams,
+    prompt: &[TokenId],
+    tokens: usize,
+    shape: &mut dyn FnMut(&[TokenId], &mut [f32]),
+) -> BTreeMap<Vec<TokenId>, f64> {
     let eos = lm.tokenizer.eos();
     let mut out = BTreeMap::new();
     let mut frontier = vec![(Vec::<TokenId>::new(), 1.0f64)];
@@ -34,7 +54,10 @@ pub fn exact(
             continue;
         }
         let ctx = [prompt, &prefix].concat();
-        for (t, &q) in next_probs(lm, sampling, &ctx).iter().enumerate() {
+        for (t, &q) in next_probs(lm, sampling, &ctx, &prefix, shape)
+            .iter()
+            .enumerate()
+        {
             if q <= 0.0 {
                 continue;
             }

@@ -62,6 +62,23 @@ pub fn gemma() -> MutexGuard<'static, LoadedModel> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Drafters for `target` with nothing beyond what the file holds: no draft model, no suffix
+/// cache, no answer corpus, the shipped Medusa heads.
+pub fn lean_drafter_config(
+    target: PathBuf,
+    seed: u64,
+) -> specgate::drafting::registry::DrafterConfig {
+    specgate::drafting::registry::DrafterConfig {
+        target_path: target,
+        draft_model: None,
+        exit_layer: specgate::drafting::registry::DEFAULT_EXIT_LAYER,
+        suffix_cache: None,
+        corpus: None,
+        seed,
+        medusa_heads: None,
+    }
+}
+
 pub fn fixture(name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
