@@ -43,7 +43,8 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// The grammar for a request with tools (None: `tool_choice` none, nothing constrained).
-/// `auto` allows either an answer or calls: text not starting with `<`, or JSON valid
+/// `auto` allows either an answer or calls: text not starting with `<` or whitespace (so
+/// a call cannot hide in a text answer, unchecked), or JSON valid
 /// against `answer` when the request gave a response format; `required` and a named
 /// function allow only calls; `parallel` allows more than one.
 pub fn call_grammar(
@@ -62,7 +63,7 @@ pub fn call_grammar(
     }
     let mut g = String::new();
     match (choice, answer) {
-        (ToolChoice::Auto, None) => g += "start: TEXT | calls\nTEXT: /[^<][\\s\\S]*/\n",
+        (ToolChoice::Auto, None) => g += "start: TEXT | calls\nTEXT: /[^<\\s][\\s\\S]*/\n",
         (ToolChoice::Auto, Some(schema)) => {
             g += &format!(
                 "start: answer | calls\nanswer: %json{}\n",
