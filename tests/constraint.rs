@@ -203,34 +203,6 @@ fn grammars_that_cannot_be_used_are_refused() {
 }
 
 #[test]
-fn a_mask_costs_little_next_to_a_decode_step() {
-    let mut lm = common::model();
-    let lm = &mut *lm;
-    let spec = GrammarSpec::JsonSchema(cat_schema());
-    let prompt = chat(lm, "Describe a cat as JSON.");
-    let out = run(
-        lm,
-        &prompt,
-        &GenerateParams::greedy(64, 0),
-        &mut PlainDrafter,
-        &spec,
-    );
-    let mut g = grammars(lm).compile(&spec).unwrap();
-    let t = Instant::now();
-    for &tok in &out.token_ids {
-        g.mask().unwrap();
-        g.consume(&[tok]).unwrap();
-    }
-    let per_mask = t.elapsed() / out.token_ids.len() as u32;
-    let per_token = out.decode_time / out.generated_tokens as u32;
-    eprintln!("mask {per_mask:?} a token; decode {per_token:?} a token");
-    assert!(
-        per_mask < per_token,
-        "mask {per_mask:?}, decode {per_token:?}"
-    );
-}
-
-#[test]
 fn constrained_speculative_sampling_follows_the_constrained_distribution() {
     let mut lm = common::model();
     let lm = &mut *lm;
