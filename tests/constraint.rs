@@ -39,11 +39,7 @@ fn drafters(lm: &LoadedModel) -> Vec<(StrategyKind, BoxedDrafter)> {
         seed: 0,
         medusa_heads: None,
     };
-    StrategyKind::ALL
-        .into_iter()
-        .filter(|k| *k != StrategyKind::Plain)
-        .map(|k| (k, k.build(&cfg, &lm.tokenizer).unwrap()))
-        .collect()
+    common::every_drafter(&cfg, &lm.tokenizer)
 }
 
 fn run(

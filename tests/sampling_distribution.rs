@@ -9,7 +9,7 @@
 mod common;
 
 use common::distribution::Samples;
-use specgate::drafting::registry::{BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
+use specgate::drafting::registry::{BuildDrafter, StrategyKind};
 use specgate::SamplingParams;
 
 const SAMPLES: u64 = 2000;
@@ -33,15 +33,7 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
         .encode("Once upon a time, in a small village by the sea,")
         .unwrap();
     let exact = common::distribution::exact(lm, &sampling(), &prompt, TOKENS);
-    let cfg = DrafterConfig {
-        target_path: common::model_path(),
-        draft_model: None,
-        exit_layer: DEFAULT_EXIT_LAYER,
-        suffix_cache: None,
-        corpus: None,
-        seed: 11,
-        medusa_heads: None,
-    };
+    let cfg = common::lean_drafter_config(common::model_path(), 11);
     let mut drafter = StrategyKind::Medusa.build(&cfg, &lm.tokenizer).unwrap();
     let Samples {
         counts,

@@ -6,9 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use specgate::drafting::registry::{
-    BoxedDrafter, BuildDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER,
-};
+use specgate::drafting::registry::{BoxedDrafter, DrafterConfig, StrategyKind, DEFAULT_EXIT_LAYER};
 use specgate::engine::generate::{generate, generate_in, GenerateParams};
 use specgate::model::chat_template::ChatMessage;
 use specgate::model::LogitRows;
@@ -40,11 +38,7 @@ fn drafters(lm: &specgate::model::loaded::LoadedModel) -> Vec<(StrategyKind, Box
         seed: 0,
         medusa_heads: None,
     };
-    StrategyKind::ALL
-        .into_iter()
-        .filter(|k| *k != StrategyKind::Plain)
-        .map(|k| (k, k.build(&cfg, &lm.tokenizer).unwrap()))
-        .collect()
+    common::every_drafter(&cfg, &lm.tokenizer)
 }
 
 #[test]

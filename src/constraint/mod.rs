@@ -106,11 +106,14 @@ impl Grammars {
             vocab: self.vocab,
             eos: self.factory.tok_env().tok_trie().eos_token(),
             ended: 0,
+            ready: None,
         };
         let first = c.mask().map_err(|e| GrammarError::Invalid(e.0))?;
         if first.count() == 0 {
             return Err(GrammarError::Invalid("the grammar allows no output".into()));
         }
+        // Checked here, used for the sequence's first token: not computed twice.
+        c.ready = Some(first);
         Ok(Box::new(c))
     }
 }
@@ -172,6 +175,9 @@ struct Llg {
     /// once its grammar is complete and cannot roll one back (a draft may hold EOS and be
     /// rejected).
     ended: usize,
+    /// The mask of the current state when already known (the first one, computed at
+    /// admission); any move of the state drops it.
+    ready: Option<TokenMask>,
 }
 
 fn fail(e: impl std::fmt::Display) -> ConstraintError {
@@ -180,6 +186,9 @@ fn fail(e: impl std::fmt::Display) -> ConstraintError {
 
 impl TokenConstraint for Llg {
     fn mask(&mut self) -> Result<TokenMask, ConstraintError> {
+        if let Some(m) = self.ready.take() {
+            return Ok(m);
+        }
         if self.ended > 0 {
             return Ok(TokenMask::only(self.vocab, &[self.eos]));
         }
@@ -188,6 +197,7 @@ impl TokenConstraint for Llg {
     }
 
     fn consume(&mut self, tokens: &[TokenId]) -> Result<(), ConstraintError> {
+        self.ready = None;
         let grammar = tokens
             .iter()
             .position(|&t| t == self.eos)
@@ -212,6 +222,7 @@ impl TokenConstraint for Llg {
     }
 
     fn rollback(&mut self, n: usize) -> Result<(), ConstraintError> {
+        self.ready = None;
         let ends = n.min(self.ended);
         self.ended -= ends;
         if n == ends {
@@ -233,6 +244,7 @@ impl TokenConstraint for Llg {
             vocab: self.vocab,
             eos: self.eos,
             ended: self.ended,
+            ready: self.ready.clone(),
         })
     }
 }

@@ -21,6 +21,7 @@ use crate::drafting::registry::{
 use crate::engine::generate::{generate_constrained, GenerateOutput, GenerateParams};
 use crate::model::chat_template::ChatMessage;
 use crate::model::loaded::{chat_prompt, LoadedModel};
+use crate::tools::bench_decode::median;
 
 /// One request of the set: a prompt and either a schema or tools (called as required).
 #[derive(Debug, Clone, Deserialize)]
@@ -215,7 +216,7 @@ pub fn bench_structured(
         }
     }
     let mut rows = vec![row("unconstrained plain", &free, "", 1.0)];
-    let ratio = median(&mut plain.ratios);
+    let ratio = median(&plain.ratios);
     rows.push(row(
         "constrained plain",
         &plain,
@@ -223,7 +224,7 @@ pub fn bench_structured(
         ratio,
     ));
     for ((kind, k), t) in cfg.configs.iter().zip(&mut spec) {
-        let ratio = median(&mut t.ratios);
+        let ratio = median(&t.ratios);
         rows.push(row(
             &format!("constrained {kind} k={k}"),
             t,
@@ -250,19 +251,6 @@ fn row(label: &str, t: &Totals, baseline: &'static str, ratio: f64) -> ConfigRow
         acceptance: t.accepted as f64 / t.drafted.max(1) as f64,
         mismatches: t.mismatches,
         mask_micros: (t.masks > 0).then(|| t.mask_secs * 1e6 / t.masks as f64),
-    }
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
     }
 }
 

@@ -62,6 +62,23 @@ pub fn gemma() -> MutexGuard<'static, LoadedModel> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// One drafter per strategy but plain, built from `cfg` (model drafters load weights: build
+/// once, reuse).
+pub fn every_drafter(
+    cfg: &specgate::drafting::registry::DrafterConfig,
+    tok: &specgate::model::tokenizer::Tokenizer,
+) -> Vec<(
+    specgate::drafting::registry::StrategyKind,
+    specgate::drafting::registry::BoxedDrafter,
+)> {
+    use specgate::drafting::registry::{BuildDrafter, StrategyKind};
+    StrategyKind::ALL
+        .into_iter()
+        .filter(|k| *k != StrategyKind::Plain)
+        .map(|k| (k, k.build(cfg, tok).unwrap()))
+        .collect()
+}
+
 /// Drafters for `target` with nothing beyond what the file holds: no draft model, no suffix
 /// cache, no answer corpus, the shipped Medusa heads.
 pub fn lean_drafter_config(
