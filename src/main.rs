@@ -45,6 +45,9 @@ enum Command {
     /// Calibrate Medusa heads (the temperatures and coverage tree drafting ranks candidates
     /// by) on the held-out continuations of their training prompts.
     CalibrateHeads(crate::cli::calibrate_heads::CalibrateHeadsArgs),
+    /// Measure what each strategy accepts and costs per workload class on a model, and write
+    /// them as the learner's priors for it (beside the model, where `serve` finds them).
+    CalibratePolicy(crate::cli::calibrate_policy::CalibratePolicyArgs),
     /// Write the answer corpus suffix drafting consults for every tenant: the model's greedy
     /// answers to generic prompts.
     BuildCorpus(crate::cli::build_corpus::BuildCorpusArgs),
@@ -262,6 +265,9 @@ fn run() -> Result<()> {
         }
         Command::CalibrateHeads(args) => {
             crate::cli::calibrate_heads::run(resolve_model(args.model.clone())?, args)
+        }
+        Command::CalibratePolicy(args) => {
+            crate::cli::calibrate_policy::run(resolve_model(args.model.clone())?, args)
         }
         Command::BuildCorpus(args) => {
             crate::cli::build_corpus::run(resolve_model(args.model.clone())?, args)

@@ -26,6 +26,8 @@ use specgate_strategies::StrategyKind;
 use crate::cost::{value, DraftCost, LoadView};
 use crate::exploration::ExplorationBudget;
 use crate::plan::SpecPlan;
+use crate::priors::{ArmPrior, PRIOR_EVIDENCE};
+use crate::risk;
 use crate::workload::WorkloadClass;
 
 /// A route: one tenant's traffic of one workload class.
@@ -102,6 +104,12 @@ impl Default for ArmState {
 impl ArmState {
     pub fn mean_alpha(&self) -> f64 {
         self.accepted / (self.accepted + self.rejected)
+    }
+
+    /// Posterior variance of α.
+    pub fn alpha_variance(&self) -> f64 {
+        let (a, b) = (self.accepted, self.rejected);
+        a * b / ((a + b).powi(2) * (a + b + 1.0))
     }
 
     fn draw(&self, rng: &mut impl Rng) -> f64 {
@@ -205,13 +213,40 @@ impl Learner {
         );
         state.incumbent = if draw {
             let means = candidates(&state.arms, pool, limits, load, false, rng);
-            state.budget.admit(drawn, pick(state.incumbent, &means))
+            let greedy = pick(state.incumbent, &means);
+            let risky = drawn.is_some_and(|d| {
+                let plausible = |s| {
+                    let arm = route_arm(&state.arms, pool, s);
+                    arm_value(s, &arm, risk::plausible_alpha(&arm), limits, load).1
+                };
+                risk::too_risky(d, greedy, plausible)
+            });
+            state
+                .budget
+                .admit(if risky { greedy } else { drawn }, greedy)
         } else {
             drawn
         };
         match state.incumbent {
             Some((strategy, k)) => plan(strategy, k, limits),
             None => SpecPlan::PLAIN,
+        }
+    }
+
+    /// Start each class's pool from measured priors ([`crate::priors`]): each counts as
+    /// [`PRIOR_EVIDENCE`] judged positions, so a route's own traffic soon outweighs it.
+    pub fn seed(&mut self, priors: &[(WorkloadClass, StrategyKind, ArmPrior)]) {
+        for (class, strategy, prior) in priors {
+            let arm = ArmState {
+                accepted: PRIOR.0 + prior.alpha * PRIOR_EVIDENCE,
+                rejected: PRIOR.1 + (1.0 - prior.alpha) * PRIOR_EVIDENCE,
+                draft_cost: Some(prior.draft_cost),
+                drafts_per_round: prior.drafts_per_round,
+            };
+            self.classes
+                .entry(*class)
+                .or_default()
+                .insert(*strategy, arm);
         }
     }
 
@@ -261,26 +296,42 @@ fn candidates(
         vec![((StrategyKind::Plain, 0), 1.0)]
     };
     for &s in limits.allowed.iter().filter(|s| **s != StrategyKind::Plain) {
-        let own = arms.get(&s).copied().unwrap_or_default();
-        let arm = own.over(pool.and_then(|p| p.get(&s)), CLASS_PRIOR);
+        let arm = route_arm(arms, pool, s);
         let alpha = if draw {
             arm.draw(rng)
         } else {
             arm.mean_alpha()
         };
-        let cost = draft_cost(s, &arm);
-        let (k, v) = match arm.drafts_per_round {
-            Some(rows) if s.prices_own_drafts() => (
-                limits.k_max,
-                self_priced_value(alpha, rows, cost, load, limits.k_max),
-            ),
-            _ => best_k(alpha, cost, load, limits.k_min, limits.k_max),
-        };
+        let (k, v) = arm_value(s, &arm, alpha, limits, load);
         if k > 0 {
             candidates.push(((s, k), v));
         }
     }
     candidates
+}
+
+/// A strategy's evidence on a route: its own over its class's pool.
+fn route_arm(arms: &Arms, pool: Option<&Arms>, s: StrategyKind) -> ArmState {
+    let own = arms.get(&s).copied().unwrap_or_default();
+    own.over(pool.and_then(|p| p.get(&s)), CLASS_PRIOR)
+}
+
+/// A strategy's best k and its value at acceptance `alpha`, with the arm's draft cost.
+fn arm_value(
+    s: StrategyKind,
+    arm: &ArmState,
+    alpha: f64,
+    limits: &Constraints,
+    load: &LoadView,
+) -> (usize, f64) {
+    let cost = draft_cost(s, arm);
+    match arm.drafts_per_round {
+        Some(rows) if s.prices_own_drafts() => (
+            limits.k_max,
+            self_priced_value(alpha, rows, cost, load, limits.k_max),
+        ),
+        _ => best_k(alpha, cost, load, limits.k_min, limits.k_max),
+    }
 }
 
 /// The value of a drafter that prices its own drafts, from what its rounds measured: the
@@ -361,14 +412,7 @@ fn learn(arms: &mut Arms, obs: &Observation) {
     let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64 * share;
     arm.accepted += obs.accepted as f64 * weight;
     arm.rejected += (judged - obs.accepted.min(judged)) as f64 * weight;
-    if obs.drafted > 0 && obs.rounds > 0 && obs.verify_secs > 0.0 {
-        let pass = obs.verify_secs / obs.rounds as f64;
-        let per = if strategy.prices_own_drafts() {
-            obs.rounds
-        } else {
-            obs.drafted
-        };
-        let c = obs.draft_secs / per as f64 / pass;
+    if let Some(c) = measured_draft_cost(obs) {
         arm.draft_cost = Some(ema(arm.draft_cost, c));
     }
     if strategy.prices_own_drafts() && obs.rounds > 0 {
@@ -377,6 +421,21 @@ fn learn(arms: &mut Arms, obs: &Observation) {
         // rows get dear), so they move the average as much as the acceptance evidence does.
         arm.drafts_per_round = Some(ema_weighted(arm.drafts_per_round, rows, share));
     }
+}
+
+/// A request's draft cost relative to its verify pass: per round for a drafter that prices
+/// its own drafts, else per drafted token (None: it drafted nothing).
+pub(crate) fn measured_draft_cost(obs: &Observation) -> Option<f64> {
+    if obs.drafted == 0 || obs.rounds == 0 || obs.verify_secs <= 0.0 {
+        return None;
+    }
+    let pass = obs.verify_secs / obs.rounds as f64;
+    let per = if obs.strategy.prices_own_drafts() {
+        obs.rounds
+    } else {
+        obs.drafted
+    };
+    Some(obs.draft_secs / per as f64 / pass)
 }
 
 /// An average that follows the last few requests.
@@ -410,7 +469,7 @@ fn load_discount(obs: &Observation) -> f64 {
 /// committed more per pass. Their evidence is accepted tokens against rounds (each round
 /// ends with one token the drafter did not supply): the α of a constant-acceptance drafter
 /// that commits as many tokens per pass.
-fn judged(obs: &Observation) -> u64 {
+pub(crate) fn judged(obs: &Observation) -> u64 {
     if obs.strategy.is_lookup() || obs.strategy.prices_own_drafts() {
         obs.accepted + obs.rounds
     } else {

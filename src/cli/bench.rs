@@ -93,6 +93,28 @@ pub enum BenchCommand {
     },
 }
 
+/// Every registered strategy but plain (the baseline every one is measured against) whose
+/// needs these arguments meet: draft with a draft model, the Medusa ones where heads exist.
+pub fn buildable(
+    model: &std::path::Path,
+    draft_model: bool,
+    medusa_heads: Option<&std::path::Path>,
+) -> Vec<StrategyKind> {
+    let heads = medusa_heads
+        .map(PathBuf::from)
+        .unwrap_or_else(|| specgate::heads::bundle::default_dir(model));
+    let has = |needs| match needs {
+        Needs::Nothing | Needs::EarlyExitLayers => true,
+        Needs::DraftModel => draft_model,
+        Needs::MedusaHeads => heads.join("heads.json").exists(),
+    };
+    registry::REGISTRY
+        .iter()
+        .filter(|r| r.kind != StrategyKind::Plain && has(r.needs))
+        .map(|r| r.kind)
+        .collect()
+}
+
 fn config_arg(s: &str) -> Result<(StrategyKind, usize), String> {
     let (kind, k) = s
         .split_once(':')
@@ -174,21 +196,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
         } => {
             let model = resolve_model(model)?;
             if strategies.is_empty() {
-                // Every registered strategy whose needs these arguments meet (plain is the
-                // baseline every one is measured against).
-                let heads = medusa_heads
-                    .clone()
-                    .unwrap_or_else(|| specgate::heads::bundle::default_dir(&model));
-                let has = |needs| match needs {
-                    Needs::Nothing | Needs::EarlyExitLayers => true,
-                    Needs::DraftModel => draft_model.is_some(),
-                    Needs::MedusaHeads => heads.join("heads.json").exists(),
-                };
-                strategies = registry::REGISTRY
-                    .iter()
-                    .filter(|r| r.kind != StrategyKind::Plain && has(r.needs))
-                    .map(|r| r.kind)
-                    .collect();
+                strategies = buildable(&model, draft_model.is_some(), medusa_heads.as_deref());
             }
             let cfg = specgate::tools::bench_spec::SpecBenchConfig {
                 model,

@@ -109,6 +109,10 @@ pub struct ServeArgs {
     /// exits anyway.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout_secs: u64,
+    /// The learner's measured priors (default: `<model>.priors.toml` beside the model, else
+    /// the shipped ones when serving the default model; `specgate calibrate-policy` makes them).
+    #[arg(long)]
+    priors: Option<PathBuf>,
     /// Fault injection for reliability tests (see src/faults.rs), e.g.
     /// `engine-panic-at-step=40,drafter-fail-every=3`.
     #[arg(long, hide = true, default_value = "")]
@@ -146,6 +150,16 @@ pub struct LoadgenArgs {
     /// plan with plain decoding and these fixed choices (e.g. ngram:2,suffix:4).
     #[arg(long, value_delimiter = ',')]
     compare_fixed: Vec<String>,
+    /// Instead: a scenario of new users' traffic (`cold`: every prompt once, one at a time;
+    /// `shift`: code edits, a load ramp, creative and chat, code edits again), the learned plan
+    /// against plain and the `--compare-fixed` configurations, each as tenants of its own
+    /// (needs an admin token).
+    #[arg(long, value_enum)]
+    scenario: Option<specgate::tools::scenarios::Scenario>,
+    /// With --scenario: run plain and the fixed configurations on this second server, so the
+    /// learned plan's server learns only from its own traffic.
+    #[arg(long)]
+    baseline_url: Option<String>,
     /// Passes over the prompt sets before measuring (the learner's warm-up; for the levels,
     /// by a tenant of its own and only with an admin token).
     #[arg(long, default_value_t = 1)]
@@ -196,6 +210,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         max_stop_strings: args.max_stop_strings,
         max_stop_len: args.max_stop_len,
         shutdown_timeout_secs: args.shutdown_timeout_secs,
+        priors: args.priors,
     };
     actix_web::rt::System::new().block_on(specgate::gateway::serve(cfg))?;
     Ok(())
@@ -300,14 +315,39 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
         repeats: args.repeats,
         warmup: args.warmup,
     };
-    if !args.compare_fixed.is_empty() {
-        let mut fixed = Vec::new();
-        for f in &args.compare_fixed {
-            let (s, k) = f
-                .split_once(':')
-                .with_context(|| format!("{f}: expected strategy:k"))?;
-            fixed.push((s.to_string(), k.parse::<usize>()?));
-        }
+    let mut fixed = Vec::new();
+    for f in &args.compare_fixed {
+        let (s, k) = f
+            .split_once(':')
+            .with_context(|| format!("{f}: expected strategy:k"))?;
+        fixed.push((s.to_string(), k.parse::<usize>()?));
+    }
+    if let Some(scenario) = args.scenario {
+        let admin_token = args
+            .admin_token
+            .clone()
+            .context("--scenario needs --admin-token (a tenant per configuration and phase)")?;
+        let scfg = specgate::tools::scenarios::ScenarioConfig {
+            base: cfg,
+            admin_token,
+            baseline_url: args
+                .baseline_url
+                .map(|u| u.trim_end_matches('/').to_string()),
+            fixed,
+        };
+        let run = specgate::tools::scenarios::run(&scfg, scenario, &mut std::io::stderr())?;
+        let md = specgate::tools::scenarios::markdown(&run);
+        println!("{md}");
+        std::fs::create_dir_all(&args.out)?;
+        let name = format!("scenario-{}", run.scenario);
+        std::fs::write(args.out.join(format!("{name}.md")), md)?;
+        std::fs::write(
+            args.out.join(format!("{name}.json")),
+            serde_json::to_string_pretty(&run)?,
+        )?;
+        return Ok(());
+    }
+    if !fixed.is_empty() {
         let rows = specgate::tools::bench_policy::compare(
             &cfg,
             &fixed,

@@ -6,6 +6,7 @@ pub mod actors;
 pub mod admission;
 pub mod error;
 pub mod http;
+pub mod priors;
 pub mod server;
 
 pub use server::{serve, ServeConfig, ServeError};

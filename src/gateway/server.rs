@@ -45,6 +45,10 @@ pub enum ServeError {
     Policies(#[from] crate::store::policies::PolicyStoreError),
     #[error("metrics: {0}")]
     Metrics(String),
+    #[error("priors: {0}")]
+    Priors(#[from] crate::gateway::priors::PriorsLoadError),
+    #[error("hashing the model: {0}")]
+    ModelHash(#[from] crate::model::fetch::FetchError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -83,6 +87,8 @@ pub struct ServeConfig {
     pub shutdown_timeout_secs: u64,
     /// Injected faults (reliability tests only; none by default).
     pub faults: crate::faults::Faults,
+    /// The learner's priors file (None: found for the model, see [`crate::gateway::priors`]).
+    pub priors: Option<PathBuf>,
 }
 
 const SECONDS: [f64; 16] = [
@@ -99,6 +105,38 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
         .map_err(err)?
         .install_recorder()
         .map_err(err)
+}
+
+/// Start the learner's class pools from the priors measured for the served model, if any.
+fn seed_priors(planner: &mut Planner, cfg: &ServeConfig) -> Result<(), ServeError> {
+    let sha = crate::model::fetch::model_sha256(&cfg.model)?;
+    let mut warnings = Vec::new();
+    let found =
+        crate::gateway::priors::for_model(&cfg.model, &sha, cfg.priors.as_deref(), &mut warnings)?;
+    for w in warnings {
+        eprintln!("specgate: {w}");
+    }
+    match found {
+        Some((priors, from)) => {
+            let entries =
+                priors
+                    .entries()
+                    .map_err(|e| crate::gateway::priors::PriorsLoadError::File {
+                        path: from.clone().into(),
+                        why: e.to_string(),
+                    })?;
+            planner.learner.seed(&entries);
+            eprintln!(
+                "specgate: learner priors: {from} ({} entries)",
+                entries.len()
+            );
+        }
+        None => eprintln!(
+            "specgate: no learner priors for this model: classes start uniform \
+             (`specgate calibrate-policy` measures them)"
+        ),
+    }
+    Ok(())
 }
 
 /// Serve until SIGINT or SIGTERM, then drain (see [`drain_on_signal`]). Prints `specgate listening on http://ADDR` once bound (with
@@ -147,6 +185,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // strategy actors, which share the system arbiter.
     let history = HistoryWriter::start_in_arbiter(&actix::Arbiter::new().handle(), |_| writer);
     let mut planner = Planner::new(engine.clone(), available, policies.clone(), history.clone());
+    seed_priors(&mut planner, &cfg)?;
     planner.warm_start(stores.history.as_ref(), 3600);
     let planner = planner.start();
     let services = Services {

@@ -101,6 +101,8 @@ pub struct SpecRow {
     pub predicted_with_verify_cost: f64,
     /// Per draft position i: the share of rounds that accepted it (Medusa: per head).
     pub accepted_per_position: Vec<f64>,
+    /// The cell's counts and times summed over prompts and repeats.
+    pub stats: SpecStats,
 }
 
 fn decode_tps(o: &GenerateOutput) -> f64 {
@@ -307,6 +309,7 @@ impl Cell {
                 .iter()
                 .map(|&a| a as f64 / s.rounds.max(1) as f64)
                 .collect(),
+            stats: s.clone(),
         }
     }
 }

@@ -82,6 +82,20 @@ pub struct Sample {
     pub speculative: Value,
 }
 
+impl Sample {
+    /// A request that failed: no tokens (keeps a paired run's places).
+    pub fn failed(class: &str) -> Self {
+        Self {
+            class: class.to_string(),
+            ttft: 0.0,
+            itl: 0.0,
+            tokens: 0,
+            e2e: 0.0,
+            speculative: Value::Null,
+        }
+    }
+}
+
 /// A failed call, with the server's own error message when it sent one (a 403 says which
 /// policy refused what).
 fn http_err(e: ureq::Error) -> LoadgenError {
@@ -206,22 +220,21 @@ pub(crate) fn one_request(
 }
 
 /// One mode's share of a run: its samples, its failed requests and its time.
-type ModeRun = (Vec<Sample>, usize, Duration);
+pub(crate) type ModeRun = (Vec<Sample>, usize, Duration);
 
 /// Run `n` requests over `c` client threads; returns the samples, the errors and wall time.
-fn run_level(
+pub(crate) fn run_level(
     cfg: &LoadgenConfig,
     key: &str,
     model: &str,
     mix: &[(String, String)],
     c: usize,
     n: usize,
-    spec: bool,
+    mode: &SpecMode,
 ) -> ModeRun {
     let next = AtomicUsize::new(0);
     let samples = Mutex::new(Vec::with_capacity(n));
     let errors = AtomicUsize::new(0);
-    let mode = SpecMode::on(spec);
     let start = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..c {
@@ -231,7 +244,7 @@ fn run_level(
                     break;
                 }
                 let (class, prompt) = &mix[i % mix.len()];
-                match one_request(cfg, key, model, class, prompt, &mode) {
+                match one_request(cfg, key, model, class, prompt, mode) {
                     Ok(s) => samples.lock().unwrap_or_else(|p| p.into_inner()).push(s),
                     Err(e) => {
                         eprintln!("loadgen: request failed: {e}");
@@ -283,7 +296,7 @@ pub(crate) fn prompt_mix(dir: &Path) -> Result<Vec<(String, String)>, LoadgenErr
     interleave(&load_prompt_sets(dir)?)
 }
 
-fn interleave(sets: &[PromptSet]) -> Result<Vec<(String, String)>, LoadgenError> {
+pub(crate) fn interleave(sets: &[PromptSet]) -> Result<Vec<(String, String)>, LoadgenError> {
     let longest = sets.iter().map(|s| s.prompts.len()).max().unwrap_or(0);
     let mix: Vec<(String, String)> = (0..longest)
         .flat_map(|i| {
@@ -337,7 +350,7 @@ pub fn loadgen(
         let key = first_key;
         for pass in 0..cfg.warmup {
             writeln!(log, "warm-up pass {}/{}", pass + 1, cfg.warmup)?;
-            run_level(cfg, &key, &model, &mix, 1, mix.len(), true);
+            run_level(cfg, &key, &model, &mix, 1, mix.len(), &SpecMode::Server);
         }
     }
     let mut run = LoadgenRun::default();
@@ -351,7 +364,7 @@ pub fn loadgen(
             // buffers to that many sequences; measured, that cost would fall on whichever
             // mode ran first.
             let key = key_for(c, 0, "settle")?;
-            run_level(cfg, &key, &model, &mix, c, c, false);
+            run_level(cfg, &key, &model, &mix, c, c, &SpecMode::Off);
         }
         for r in 0..cfg.repeats.max(1) {
             let keys = [key_for(c, r, "on")?, key_for(c, r, "off")?];
@@ -367,7 +380,8 @@ pub fn loadgen(
                 let mut got: [ModeRun; 2] = Default::default();
                 for spec in [first, !first] {
                     let key = &keys[usize::from(!spec)];
-                    got[usize::from(!spec)] = run_level(cfg, key, &model, &mix, c, n, spec);
+                    got[usize::from(!spec)] =
+                        run_level(cfg, key, &model, &mix, c, n, &SpecMode::on(spec));
                 }
                 got
             };
