@@ -28,6 +28,8 @@ use crate::gateway::http::state::AppState;
 use crate::heads::bundle::MedusaBundle;
 use crate::model::loaded::{LoadError, LoadedModel};
 use crate::model::tokenizer::Tokenizer;
+use specgate_policies::{ArmPrior, WorkloadClass};
+use specgate_strategies::StrategyKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -107,8 +109,11 @@ fn install_metrics() -> Result<PrometheusHandle, ServeError> {
         .map_err(err)
 }
 
-/// Start the learner's class pools from the priors measured for the served model, if any.
-fn seed_priors(planner: &mut Planner, cfg: &ServeConfig) -> Result<(), ServeError> {
+/// The priors measured for the served model (empty: none; the classes start uniform). Read
+/// before the engine starts, so a file made for another model fails the start at once.
+fn learner_priors(
+    cfg: &ServeConfig,
+) -> Result<Vec<(WorkloadClass, StrategyKind, ArmPrior)>, ServeError> {
     let sha = crate::model::fetch::model_sha256(&cfg.model)?;
     let mut warnings = Vec::new();
     let found =
@@ -116,27 +121,24 @@ fn seed_priors(planner: &mut Planner, cfg: &ServeConfig) -> Result<(), ServeErro
     for w in warnings {
         eprintln!("specgate: {w}");
     }
-    match found {
-        Some((priors, from)) => {
-            let entries =
-                priors
-                    .entries()
-                    .map_err(|e| crate::gateway::priors::PriorsLoadError::File {
-                        path: from.clone().into(),
-                        why: e.to_string(),
-                    })?;
-            planner.learner.seed(&entries);
-            eprintln!(
-                "specgate: learner priors: {from} ({} entries)",
-                entries.len()
-            );
-        }
-        None => eprintln!(
+    let Some((priors, from)) = found else {
+        eprintln!(
             "specgate: no learner priors for this model: classes start uniform \
              (`specgate calibrate-policy` measures them)"
-        ),
-    }
-    Ok(())
+        );
+        return Ok(Vec::new());
+    };
+    let entries = priors
+        .entries()
+        .map_err(|e| crate::gateway::priors::PriorsLoadError::File {
+            path: from.clone().into(),
+            why: e.to_string(),
+        })?;
+    eprintln!(
+        "specgate: learner priors: {from} ({} entries)",
+        entries.len()
+    );
+    Ok(entries)
 }
 
 /// Serve until SIGINT or SIGTERM, then drain (see [`drain_on_signal`]). Prints `specgate listening on http://ADDR` once bound (with
@@ -153,6 +155,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     }
     let metrics = install_metrics()?;
     let lm = LoadedModel::load(&cfg.model)?;
+    let priors = learner_priors(&cfg)?;
     let tokenizer = Arc::clone(&lm.tokenizer);
     let context_length = lm.model.config().context_length;
     let grammars = LazyGrammars::new(Arc::clone(&tokenizer), lm.model.config().vocab_size);
@@ -185,7 +188,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // strategy actors, which share the system arbiter.
     let history = HistoryWriter::start_in_arbiter(&actix::Arbiter::new().handle(), |_| writer);
     let mut planner = Planner::new(engine.clone(), available, policies.clone(), history.clone());
-    seed_priors(&mut planner, &cfg)?;
+    planner.learner.seed(&priors);
     planner.warm_start(stores.history.as_ref(), 3600);
     let planner = planner.start();
     let services = Services {

@@ -170,9 +170,13 @@ pub fn run(
         let name = format!("scenario-{run_id}-p{phase}-{}", label(m).replace(':', "-"));
         create_tenant(&url_of(m), &cfg.admin_token, &name)
     };
-    let first = tenant(&SpecMode::Server, 0)?;
+    let probe = create_tenant(
+        &cfg.base.url,
+        &cfg.admin_token,
+        &format!("scenario-{run_id}-model"),
+    )?;
     let model = model_id(&LoadgenConfig {
-        key: first,
+        key: probe,
         ..cfg.base.clone()
     })?;
     let mut out = ScenarioRun {
@@ -373,6 +377,9 @@ pub fn markdown(run: &ScenarioRun) -> String {
         line(p, Some(p));
     }
     line("whole scenario", None);
+    if run.scenario == "cold" {
+        out += &class_table(run, &best(None));
+    }
     let ratios = per_request_ratios(run, "learned", "plain");
     if let Some(worst) = ratios.iter().copied().reduce(f64::min) {
         let slow = ratios.iter().filter(|r| **r < 1.0 / 1.15).count();
@@ -381,6 +388,45 @@ pub fn markdown(run: &ScenarioRun) -> String {
              {:.2}; {slow} of {} more than 15% slower.\n",
             crate::tools::bench_decode::median(&ratios),
             ratios.len()
+        );
+    }
+    out
+}
+
+/// Per class: each configuration's tokens/s over its requests of the class, and the learned
+/// plan's against the best fixed configuration for the class and the best single one for all
+/// traffic (`best_all`).
+fn class_table(run: &ScenarioRun, best_all: &str) -> String {
+    let mut sums: BTreeMap<(String, String), (usize, f64)> = BTreeMap::new();
+    for r in run.requests.iter().filter(|r| r.sample.tokens > 0) {
+        let t = sums
+            .entry((r.sample.class.clone(), r.config.clone()))
+            .or_default();
+        t.0 += r.sample.tokens;
+        t.1 += r.sample.e2e;
+    }
+    let tps = |class: &str, config: &str| {
+        sums.get(&(class.to_string(), config.to_string()))
+            .map_or(0.0, |t| t.0 as f64 / t.1.max(1e-9))
+    };
+    let mut classes: Vec<&String> = sums.keys().map(|k| &k.0).collect();
+    classes.dedup();
+    let mut out = String::from(
+        "\n| class | learned tok/s | best fixed | its tok/s | learned / best fixed | learned / best single fixed |\n|---|---|---|---|---|---|\n",
+    );
+    for class in classes {
+        let best = sums
+            .keys()
+            .filter(|k| &k.0 == class && k.1 != "learned")
+            .max_by(|a, b| tps(class, &a.1).total_cmp(&tps(class, &b.1)))
+            .map(|k| k.1.clone())
+            .unwrap_or_default();
+        let learned = tps(class, "learned");
+        out += &format!(
+            "| {class} | {learned:.1} | {best} | {:.1} | {:.2} | {:.2} |\n",
+            tps(class, &best),
+            learned / tps(class, &best).max(1e-9),
+            learned / tps(class, best_all).max(1e-9)
         );
     }
     out
