@@ -48,6 +48,9 @@ enum Command {
     /// Measure what each strategy accepts and costs per workload class on a model, and write
     /// them as the learner's priors for it (beside the model, where `serve` finds them).
     CalibratePolicy(crate::cli::calibrate_policy::CalibratePolicyArgs),
+    /// Compile every CUDA kernel with NVRTC for the given architectures (no GPU needed; the
+    /// build needs `--features cuda` and libnvrtc).
+    CheckKernels(crate::cli::check_kernels::CheckKernelsArgs),
     /// Write the answer corpus suffix drafting consults for every tenant: the model's greedy
     /// answers to generic prompts.
     BuildCorpus(crate::cli::build_corpus::BuildCorpusArgs),
@@ -269,6 +272,7 @@ fn run() -> Result<()> {
         Command::CalibratePolicy(args) => {
             crate::cli::calibrate_policy::run(resolve_model(args.model.clone())?, args)
         }
+        Command::CheckKernels(args) => crate::cli::check_kernels::run(args),
         Command::BuildCorpus(args) => {
             crate::cli::build_corpus::run(resolve_model(args.model.clone())?, args)
         }

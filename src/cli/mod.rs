@@ -4,6 +4,7 @@ pub mod bench;
 pub mod build_corpus;
 pub mod calibrate_heads;
 pub mod calibrate_policy;
+pub mod check_kernels;
 pub mod gateway;
 pub mod store;
 pub mod train_heads;

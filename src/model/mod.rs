@@ -12,6 +12,7 @@ pub mod backend;
 pub mod chat_template;
 pub mod config;
 pub mod cpu;
+pub mod cuda_kernels;
 pub mod fetch;
 pub mod loaded;
 pub mod tokenizer;

@@ -1,0 +1,111 @@
+// Attention of each query row over its sequence's KV cache, kept in device memory in blocks
+// of KV_BLOCK tokens ([KV_BLOCK, kv_width] f16 keys and values per block; a per-sequence
+// table of block ids), so a sequence grows and rolls back without copying.
+//
+// One warp per (row, head); lane l holds elements l, l + 32, … of the head (head_dim ≤ 256).
+// Keys are visited in cache order with a running max and sum (online softmax): a row's result
+// depends only on its own query and keys, whatever else the launch carries.
+//
+// Which keys a row sees (per-row info, 6 ints): keys [0, base) were cached before this pass
+// and are all visible (within the sliding window, when the layer has one); keys
+// [base, limit) came with this pass: with mask == 0 (causal) those up to self_index, else
+// key base + j where bit j of mask is set (a Medusa tree's ancestors and the node itself).
+//
+// Grid (rows, n_heads), block 32.
+
+#define KV_BLOCK 16
+#define MAX_HEAD_DIM 256
+#define PER_LANE (MAX_HEAD_DIM / WARP)
+
+// Row info layout.
+#define RI_TABLE 0      // offset of the row's sequence's block table in `tables`
+#define RI_BASE 1
+#define RI_LIMIT 2
+#define RI_SELF 3
+#define RI_POS 4
+#define RI_MASK 5
+#define RI_INTS 6
+
+extern "C" __global__ void attention(
+    const float* __restrict__ q,        // [rows, q_stride]: heads of head_dim from column 0
+    const u16* __restrict__ k_pool,     // [blocks, KV_BLOCK, kv_width] f16
+    const u16* __restrict__ v_pool,
+    const int* __restrict__ tables,     // block ids, per sequence
+    const int* __restrict__ info,       // [rows, RI_INTS]
+    float* __restrict__ out,            // [rows, n_heads * head_dim]
+    int q_stride, int head_dim, int n_heads, int n_kv_heads, float scale, int window) {
+    const int row = blockIdx.x;
+    const int head = blockIdx.y;
+    const int lane = threadIdx.x;
+    const int* ri = info + (long)row * RI_INTS;
+    const int* table = tables + ri[RI_TABLE];
+    const int base = ri[RI_BASE], limit = ri[RI_LIMIT], self = ri[RI_SELF], pos = ri[RI_POS];
+    const u32 mask = (u32)ri[RI_MASK];
+    const int kv_width = n_kv_heads * head_dim;
+    const int kv_head = head / (n_heads / n_kv_heads);
+    const float* qh = q + (long)row * q_stride + head * head_dim;
+
+    float qv[PER_LANE], acc[PER_LANE];
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        const int i = lane + e * WARP;
+        qv[e] = i < head_dim ? qh[i] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int key = 0; key < limit; key++) {
+        bool visible;
+        if (key < base) {
+            visible = window <= 0 || pos - key < window;
+        } else if (mask == 0) {
+            visible = key <= self;
+        } else {
+            visible = (key - base) < 32 && ((mask >> (key - base)) & 1u);
+        }
+        if (!visible) continue;  // uniform across the warp: every lane has the same key
+        const long at = ((long)table[key / KV_BLOCK] * KV_BLOCK + key % KV_BLOCK) * kv_width
+                        + kv_head * head_dim;
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            const int i = lane + e * WARP;
+            if (i < head_dim) dot += qv[e] * half_to_float(k_pool[at + i]);
+        }
+        const float s = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new);
+        const float p = expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            const int i = lane + e * WARP;
+            if (i < head_dim) acc[e] = acc[e] * corr + p * half_to_float(v_pool[at + i]);
+        }
+        m = m_new;
+    }
+    float* oh = out + (long)row * n_heads * head_dim + head * head_dim;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        const int i = lane + e * WARP;
+        if (i < head_dim) oh[i] = acc[e] * inv;
+    }
+}
+
+// Append rows' K and V (f32, inside fused Q/K/V rows) to their sequences' caches as f16:
+// row r goes to cache index slot[r] of the sequence whose table starts at table_of[r].
+// Grid (rows), block (256).
+extern "C" __global__ void kv_append(
+    const float* __restrict__ fused, int stride, int k_offset, int v_offset, int kv_width,
+    const int* __restrict__ tables, const int* __restrict__ table_of,
+    const int* __restrict__ slot, u16* __restrict__ k_pool, u16* __restrict__ v_pool) {
+    const int r = blockIdx.x;
+    const int s = slot[r];
+    const int* table = tables + table_of[r];
+    const long at = ((long)table[s / KV_BLOCK] * KV_BLOCK + s % KV_BLOCK) * kv_width;
+    const float* src = fused + (long)r * stride;
+    for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
+        k_pool[at + i] = float_to_half(src[k_offset + i]);
+        v_pool[at + i] = float_to_half(src[v_offset + i]);
+    }
+}

@@ -1,0 +1,53 @@
+// Element-wise steps of a layer. Each output element depends on its own inputs only.
+
+// Embedding rows from an f16 table (dequantized once at load): out[r] = table[ids[r]] * scale.
+// Grid (rows), block (256).
+extern "C" __global__ void embed_rows(
+    const u16* __restrict__ table, const int* __restrict__ ids, float* __restrict__ out,
+    int dim, float scale) {
+    const u16* src = table + (long)ids[blockIdx.x] * dim;
+    float* dst = out + (long)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = half_to_float(src[i]) * scale;
+}
+
+// x += y (the residual stream). Grid-stride over n.
+extern "C" __global__ void add_in_place(float* x, const float* __restrict__ y, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+// Rows of `bias` added to every row of x ([rows, dim]): Qwen 2's Q/K/V biases.
+extern "C" __global__ void add_bias(float* x, const float* __restrict__ bias, int dim, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        x[i] += bias[i % dim];
+}
+
+// SwiGLU: h = silu(gate) * up, where gate and up are the halves of each fused row
+// ([rows, 2 * ffn]). expf, not __expf: fast-math intrinsics would drift further from the CPU.
+extern "C" __global__ void swiglu(const float* __restrict__ gu, float* __restrict__ h, int ffn,
+                                  long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        const long r = i / ffn;
+        const int j = (int)(i % ffn);
+        const float g = gu[r * 2 * ffn + j];
+        const float u = gu[r * 2 * ffn + ffn + j];
+        h[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+// GeGLU with the tanh approximation of GELU (Gemma).
+extern "C" __global__ void geglu(const float* __restrict__ gu, float* __restrict__ h, int ffn,
+                                 long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        const long r = i / ffn;
+        const int j = (int)(i % ffn);
+        const float g = gu[r * 2 * ffn + j];
+        const float u = gu[r * 2 * ffn + ffn + j];
+        const float t = tanhf(0.7978845608f * (g + 0.044715f * g * g * g));
+        h[i] = 0.5f * g * (1.0f + t) * u;
+    }
+}
