@@ -2,20 +2,7 @@
 
 mod common;
 
-use std::process::Command;
-
-fn specgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_specgate"))
-        .args(args)
-        .output()
-        .expect("run");
-    let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        s(out.stdout),
-        s(out.stderr),
-    )
-}
+use common::specgate;
 
 #[test]
 fn generate_json_has_the_documented_fields() {

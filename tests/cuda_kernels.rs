@@ -1,24 +1,11 @@
 //! `specgate check-kernels` as CI and an operator run it: every CUDA kernel source compiles
 //! with NVRTC (no GPU needed); a build without the `cuda` feature says so in one line.
 
-use std::process::Command;
-
-fn check_kernels() -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_specgate"))
-        .args(["check-kernels", "--arch", "sm_80,sm_90"])
-        .output()
-        .expect("run");
-    let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        s(out.stdout),
-        s(out.stderr),
-    )
-}
+mod common;
 
 #[test]
 fn check_kernels_compiles_every_source_or_says_why_it_cannot() {
-    let (code, stdout, stderr) = check_kernels();
+    let (code, stdout, stderr) = common::specgate(&["check-kernels", "--arch", "sm_80,sm_90"]);
     if !cfg!(feature = "cuda") {
         assert_eq!(code, 1, "{stdout}{stderr}");
         assert!(stderr.contains("built without CUDA"), "{stderr}");

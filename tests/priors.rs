@@ -3,22 +3,9 @@
 
 mod common;
 
-use std::process::Command;
-
 use specgate_policies::{Priors, WorkloadClass};
 
-fn specgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_specgate"))
-        .args(args)
-        .output()
-        .expect("run");
-    let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        s(out.stdout),
-        s(out.stderr),
-    )
-}
+use common::specgate;
 
 #[test]
 fn calibrate_policy_measures_every_class_and_serve_refuses_priors_of_another_model() {

@@ -24,30 +24,19 @@ extern "C" __global__ void add_bias(float* x, const float* __restrict__ bias, in
         x[i] += bias[i % dim];
 }
 
-// SwiGLU: h = silu(gate) * up, where gate and up are the halves of each fused row
-// ([rows, 2 * ffn]). expf, not __expf: fast-math intrinsics would drift further from the CPU.
-extern "C" __global__ void swiglu(const float* __restrict__ gu, float* __restrict__ h, int ffn,
-                                  long n) {
+// A gated unit over fused rows ([rows, 2 * ffn]: gate, then up): h = act(gate) * up, with
+// act SiLU (Llama, Qwen; `gelu` 0) or GELU's tanh approximation (Gemma; `gelu` 1). expf and
+// tanhf, not the fast-math intrinsics: those would drift further from the CPU.
+extern "C" __global__ void gated(const float* __restrict__ gu, float* __restrict__ h, int ffn,
+                                 long n, int gelu) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x) {
         const long r = i / ffn;
         const int j = (int)(i % ffn);
         const float g = gu[r * 2 * ffn + j];
         const float u = gu[r * 2 * ffn + ffn + j];
-        h[i] = g / (1.0f + expf(-g)) * u;
-    }
-}
-
-// GeGLU with the tanh approximation of GELU (Gemma).
-extern "C" __global__ void geglu(const float* __restrict__ gu, float* __restrict__ h, int ffn,
-                                 long n) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x) {
-        const long r = i / ffn;
-        const int j = (int)(i % ffn);
-        const float g = gu[r * 2 * ffn + j];
-        const float u = gu[r * 2 * ffn + ffn + j];
-        const float t = tanhf(0.7978845608f * (g + 0.044715f * g * g * g));
-        h[i] = 0.5f * g * (1.0f + t) * u;
+        const float a = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)))
+                             : g / (1.0f + expf(-g));
+        h[i] = a * u;
     }
 }

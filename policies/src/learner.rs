@@ -14,7 +14,9 @@
 //! to one request's worth (a hierarchical prior): a new tenant's code edits start where code
 //! edits accept, not from a uniform prior that spends its first requests on strategies the
 //! class never pays for, and its own traffic outweighs the prior within a few requests. Only
-//! acceptance counts and draft costs cross tenants, never text.
+//! acceptance counts and draft costs cross tenants, never text. A new server's pools start
+//! from the priors measured for its model ([`crate::priors`]), and a draw that would explore
+//! is priced first ([`crate::risk`]): none runs a request plausibly slower than plain.
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -24,6 +26,7 @@ use rand_distr::{Beta, Distribution};
 use specgate_strategies::StrategyKind;
 
 use crate::cost::{value, DraftCost, LoadView};
+use crate::evidence::learn;
 use crate::exploration::ExplorationBudget;
 use crate::plan::SpecPlan;
 use crate::priors::{ArmPrior, PRIOR_EVIDENCE};
@@ -64,17 +67,17 @@ pub struct Observation {
 
 /// A request's evidence counts as at most this many judged positions: one long request must
 /// not outweigh the route's recent history.
-const MAX_EVIDENCE: f64 = 20.0;
+pub(crate) const MAX_EVIDENCE: f64 = 20.0;
 /// Decay of an arm's evidence when it gets new evidence: about its last 20 requests count.
-const DECAY_OWN: f64 = 0.95;
+pub(crate) const DECAY_OWN: f64 = 0.95;
 /// Decay of every other arm per request of the route: evidence nobody refreshes goes stale
 /// (half-life ≈ 140 requests) and the strategy gets explored again, rarely.
-const DECAY_STALE: f64 = 0.995;
+pub(crate) const DECAY_STALE: f64 = 0.995;
 /// The class prior under a route's own evidence: at most this many judged positions per arm.
 const CLASS_PRIOR: f64 = MAX_EVIDENCE;
 /// A challenger must beat the incumbent by this factor.
 pub(crate) const HYSTERESIS: f64 = 1.03;
-const PRIOR: (f64, f64) = (1.0, 1.0);
+pub(crate) const PRIOR: (f64, f64) = (1.0, 1.0);
 const K_LIMIT: usize = 16;
 
 /// One strategy's evidence on one route.
@@ -133,7 +136,7 @@ impl ArmState {
     }
 }
 
-type Arms = BTreeMap<StrategyKind, ArmState>;
+pub(crate) type Arms = BTreeMap<StrategyKind, ArmState>;
 
 #[derive(Debug, Clone, Default)]
 struct RouteState {
@@ -335,7 +338,7 @@ fn arm_value(
 }
 
 /// The value of a drafter that prices its own drafts, from what its rounds measured: the
-/// tokens a round commits at α (as [`judged`] defines it for such drafters, capped at
+/// tokens a round commits at α (as `evidence::judged` defines it for such drafters, capped at
 /// `k_max` drafts) over the verify cost of the drafts it actually makes a round. Valued at
 /// the k the constant-α model likes instead, a Medusa tree that drafts 8-16 rows for 1.6
 /// tokens a pass looked as cheap as 2 rows and won a creative route it slowed by a third.
@@ -384,95 +387,5 @@ pub(crate) fn plan(strategy: StrategyKind, k: usize, limits: &Constraints) -> Sp
         strategy,
         k,
         adaptive: true,
-    }
-}
-
-/// One request's evidence into a set of arms: the observed arm's old evidence decays faster
-/// than the others', then the new evidence is added. A request that counts 1/n (see
-/// [`load_discount`]) also decays the old evidence as 1/n of a request does: else a long
-/// enough busy period would still wash out what the idle route accepts.
-fn learn(arms: &mut Arms, obs: &Observation) {
-    let judged = judged(obs);
-    let observed = (obs.strategy != StrategyKind::Plain && judged > 0).then_some(obs.strategy);
-    let share = 1.0 / load_discount(obs);
-    for (s, arm) in arms.iter_mut() {
-        let d = if Some(*s) == observed {
-            DECAY_OWN
-        } else {
-            DECAY_STALE
-        }
-        .powf(share);
-        arm.accepted = PRIOR.0 + (arm.accepted - PRIOR.0) * d;
-        arm.rejected = PRIOR.1 + (arm.rejected - PRIOR.1) * d;
-    }
-    let Some(strategy) = observed else {
-        return;
-    };
-    let arm = arms.entry(strategy).or_default();
-    let weight = (judged as f64).min(MAX_EVIDENCE) / judged as f64 * share;
-    arm.accepted += obs.accepted as f64 * weight;
-    arm.rejected += (judged - obs.accepted.min(judged)) as f64 * weight;
-    if let Some(c) = measured_draft_cost(obs) {
-        arm.draft_cost = Some(ema(arm.draft_cost, c));
-    }
-    if strategy.prices_own_drafts() && obs.rounds > 0 {
-        let rows = obs.drafted as f64 / obs.rounds as f64;
-        // Rows measured under load say what the load allowed (the drafter stops earlier as
-        // rows get dear), so they move the average as much as the acceptance evidence does.
-        arm.drafts_per_round = Some(ema_weighted(arm.drafts_per_round, rows, share));
-    }
-}
-
-/// A request's draft cost relative to its verify pass: per round for a drafter that prices
-/// its own drafts, else per drafted token (None: it drafted nothing).
-pub(crate) fn measured_draft_cost(obs: &Observation) -> Option<f64> {
-    if obs.drafted == 0 || obs.rounds == 0 || obs.verify_secs <= 0.0 {
-        return None;
-    }
-    let pass = obs.verify_secs / obs.rounds as f64;
-    let per = if obs.strategy.prices_own_drafts() {
-        obs.rounds
-    } else {
-        obs.drafted
-    };
-    Some(obs.draft_secs / per as f64 / pass)
-}
-
-/// An average that follows the last few requests.
-fn ema(old: Option<f64>, new: f64) -> f64 {
-    ema_weighted(old, new, 1.0)
-}
-
-/// [`ema`] where the new value counts `weight` of a request (a first value counts whole).
-fn ema_weighted(old: Option<f64>, new: f64, weight: f64) -> f64 {
-    old.map_or(new, |old| old + 0.2 * weight * (new - old))
-}
-
-/// How much less a request's acceptance evidence counts for the load it ran under. A drafter
-/// that prices its own drafts drafts less as other sequences make rows dear, and a lookup's
-/// k shrinks with load, so their tokens per pass under load say what the load allowed, not
-/// what the route's text accepts (16-way load: about 1.0 token per pass, read as α ≈ 0 for
-/// the route and its class). Such evidence counts 1/n at n sequences; evidence per judged
-/// position (a fixed-k drafter's) does not depend on load and counts whole.
-fn load_discount(obs: &Observation) -> f64 {
-    if obs.strategy.is_lookup() || obs.strategy.prices_own_drafts() {
-        obs.sequences.max(1) as f64
-    } else {
-        1.0
-    }
-}
-
-/// The positions a request's evidence counts. A lookup drafts only where it finds a match
-/// and a drafter that prices its own tokens only what pays, so their judged positions say
-/// little of what they commit: one that finds nothing judges nothing and would never be
-/// left, and an ngram lookup's few judged copies looked better than suffix drafting that
-/// committed more per pass. Their evidence is accepted tokens against rounds (each round
-/// ends with one token the drafter did not supply): the α of a constant-acceptance drafter
-/// that commits as many tokens per pass.
-pub(crate) fn judged(obs: &Observation) -> u64 {
-    if obs.strategy.is_lookup() || obs.strategy.prices_own_drafts() {
-        obs.accepted + obs.rounds
-    } else {
-        obs.judged
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod adaptive_k;
 pub mod cost;
+mod evidence;
 mod exploration;
 pub mod learner;
 pub mod plan;

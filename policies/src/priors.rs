@@ -76,7 +76,7 @@ impl ArmPrior {
     /// the learner's own units: α per judged position as the learner counts them, the draft
     /// cost per round or per drafted token of a verify pass, the drafts a round made.
     pub fn measured(obs: &Observation) -> Self {
-        let judged = crate::learner::judged(obs);
+        let judged = crate::evidence::judged(obs);
         let alpha = if judged == 0 {
             0.0
         } else {
@@ -86,7 +86,7 @@ impl ArmPrior {
             .then(|| obs.drafted as f64 / obs.rounds as f64);
         Self {
             alpha,
-            draft_cost: crate::learner::measured_draft_cost(obs).unwrap_or(0.0),
+            draft_cost: crate::evidence::measured_draft_cost(obs).unwrap_or(0.0),
             drafts_per_round,
         }
     }

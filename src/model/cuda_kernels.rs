@@ -41,7 +41,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "elementwise",
         text: include_str!("../../kernels/cuda/elementwise.cu"),
-        functions: &["embed_rows", "add_in_place", "add_bias", "swiglu", "geglu"],
+        functions: &["embed_rows", "add_in_place", "add_bias", "gated"],
     },
     KernelSource {
         name: "attention",

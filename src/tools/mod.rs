@@ -13,6 +13,7 @@ pub mod loadgen;
 pub mod loadgen_report;
 pub mod policy_files;
 pub mod prompts;
+pub mod scenario_report;
 pub mod scenarios;
 pub mod soak;
 pub mod soak_client;

@@ -15,6 +15,20 @@ use specgate::model::fetch::{
 };
 use specgate::model::loaded::LoadedModel;
 
+/// Run the `specgate` binary with `args`: (exit code, stdout, stderr).
+pub fn specgate(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
+        .args(args)
+        .output()
+        .expect("run specgate");
+    let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        s(out.stdout),
+        s(out.stderr),
+    )
+}
+
 /// The default model, fetched on first use. `SPECGATE_MODEL` points the tests at another file.
 pub fn model_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
