@@ -39,6 +39,9 @@ pub(crate) fn learn(arms: &mut Arms, obs: &Observation) {
         // Rows measured under load say what the load allowed (the drafter stops earlier as
         // rows get dear), so they move the average as much as the acceptance evidence does.
         arm.drafts_per_round = Some(ema_weighted(arm.drafts_per_round, rows, share));
+        if let Some(f) = measured_pass_factor(obs) {
+            arm.pass_factor = Some(ema_weighted(arm.pass_factor, f, share));
+        }
     }
 }
 
@@ -55,6 +58,22 @@ pub(crate) fn measured_draft_cost(obs: &Observation) -> Option<f64> {
         obs.drafted
     };
     Some(obs.draft_secs / per as f64 / pass)
+}
+
+/// A request's verify passes against the step-cost line: measured seconds per pass over
+/// t0 + t1·(1 + rows), the line's time for a step of this round's tokens (None without a fit
+/// or a pass). Only a request that ran alone is measured: a shared step also carries other
+/// sequences' rows and prompt chunks, and code edits two at a time, measured so, read their
+/// suffix passes at several times the line and turned to plain decoding mid-phase. Clamped:
+/// one odd request must not make a drafter look free or ruinous.
+pub(crate) fn measured_pass_factor(obs: &Observation) -> Option<f64> {
+    let (t0, t1) = obs.step?;
+    if obs.rounds == 0 || obs.verify_secs <= 0.0 || obs.sequences > 1 {
+        return None;
+    }
+    let rows = obs.drafted as f64 / obs.rounds as f64;
+    let predicted = t0 + t1 * (1.0 + rows);
+    (predicted > 0.0).then(|| (obs.verify_secs / obs.rounds as f64 / predicted).clamp(0.25, 4.0))
 }
 
 /// An average that follows the last few requests.

@@ -63,6 +63,9 @@ pub struct Observation {
     pub verify_secs: f64,
     /// Sequences that shared the engine when the request ended (1: it ran alone).
     pub sequences: usize,
+    /// The engine's step-cost fit (t0, t1) at that load, when it had one: what a verify pass
+    /// of the request's rows was expected to cost, against which its passes are measured.
+    pub step: Option<(f64, f64)>,
 }
 
 /// A request's evidence counts as at most this many judged positions: one long request must
@@ -91,6 +94,10 @@ pub struct ArmState {
     /// Tokens drafted per round (EMA), for a drafter that prices its own drafts: what its
     /// rounds cost to verify, whatever k allows.
     pub drafts_per_round: Option<f64>,
+    /// Its verify passes' measured time over what the step-cost line predicts for their rows
+    /// (EMA), for a drafter that prices its own drafts: a Medusa tree's rows cost more than a
+    /// chain's, which the line fitted over every step does not see.
+    pub pass_factor: Option<f64>,
 }
 
 impl Default for ArmState {
@@ -100,6 +107,7 @@ impl Default for ArmState {
             rejected: PRIOR.1,
             draft_cost: None,
             drafts_per_round: None,
+            pass_factor: None,
         }
     }
 }
@@ -132,6 +140,7 @@ impl ArmState {
             rejected: self.rejected + r * scale,
             draft_cost: self.draft_cost.or(pool.draft_cost),
             drafts_per_round: self.drafts_per_round.or(pool.drafts_per_round),
+            pass_factor: self.pass_factor.or(pool.pass_factor),
         }
     }
 }
@@ -245,6 +254,7 @@ impl Learner {
                 rejected: PRIOR.1 + (1.0 - prior.alpha) * PRIOR_EVIDENCE,
                 draft_cost: Some(prior.draft_cost),
                 drafts_per_round: prior.drafts_per_round,
+                pass_factor: prior.pass_factor,
             };
             self.classes
                 .entry(*class)
@@ -329,9 +339,9 @@ fn arm_value(
 ) -> (usize, f64) {
     let cost = draft_cost(s, arm);
     match arm.drafts_per_round {
-        Some(rows) if s.prices_own_drafts() => (
+        Some(_) if s.prices_own_drafts() => (
             limits.k_max,
-            self_priced_value(alpha, rows, cost, load, limits.k_max),
+            self_priced_value(alpha, arm, cost, load, limits.k_max),
         ),
         _ => best_k(alpha, cost, load, limits.k_min, limits.k_max),
     }
@@ -342,11 +352,20 @@ fn arm_value(
 /// `k_max` drafts) over the verify cost of the drafts it actually makes a round. Valued at
 /// the k the constant-α model likes instead, a Medusa tree that drafts 8-16 rows for 1.6
 /// tokens a pass looked as cheap as 2 rows and won a creative route it slowed by a third.
-fn self_priced_value(alpha: f64, rows: f64, cost: DraftCost, load: &LoadView, k_max: usize) -> f64 {
+/// Its passes are priced at what they measured against the step-cost line (`pass_factor`).
+fn self_priced_value(
+    alpha: f64,
+    arm: &ArmState,
+    cost: DraftCost,
+    load: &LoadView,
+    k_max: usize,
+) -> f64 {
     let alpha = alpha.clamp(0.0, 0.999_999);
     let k = k_max.min(K_LIMIT); // the plan's cap
     let tokens = (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha);
-    tokens / (load.verify_cost_of(rows) + cost.of_round(0))
+    let rows = arm.drafts_per_round.unwrap_or(0.0);
+    let pass = load.verify_cost_of(rows) * arm.pass_factor.unwrap_or(1.0);
+    tokens / (pass + cost.of_round(0))
 }
 
 /// The best candidate, unless the incumbent strategy is within the hysteresis margin of it

@@ -17,6 +17,7 @@
 //! alpha = 0.61           # the learner's α: accepted per judged position (see learner::judged)
 //! draft_cost = 0.004     # per round (self-pricing drafters) or per drafted token, of a verify pass
 //! drafts_per_round = 3.2 # self-pricing drafters only
+//! pass_factor = 0.8      # self-pricing drafters: passes measured over the step-cost line
 //! ```
 
 use std::collections::BTreeMap;
@@ -41,6 +42,9 @@ pub struct ArmPrior {
     pub draft_cost: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafts_per_round: Option<f64>,
+    /// Self-pricing drafters: verify passes measured over the step-cost line's time for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_factor: Option<f64>,
 }
 
 /// A model's priors: per class, per strategy.
@@ -88,6 +92,7 @@ impl ArmPrior {
             alpha,
             draft_cost: crate::evidence::measured_draft_cost(obs).unwrap_or(0.0),
             drafts_per_round,
+            pass_factor: drafts_per_round.and(crate::evidence::measured_pass_factor(obs)),
         }
     }
 }
@@ -184,6 +189,7 @@ mod tests {
             alpha: 0.5,
             draft_cost: 0.01,
             drafts_per_round: Some(2.5),
+            pass_factor: Some(0.9),
         };
         p.insert(WorkloadClass::Rag, StrategyKind::Suffix, arm);
         let text = p.to_toml().expect("serialises");

@@ -55,6 +55,7 @@ fn simulate(
         draft_secs: 0.0,
         verify_secs: 0.0,
         sequences: load.sequences,
+        step: None,
     };
     let (mut tokens, mut time) = (0usize, 0.0f64);
     while tokens < TOKENS {
@@ -403,6 +404,7 @@ fn self_priced(strategy: StrategyKind, per_pass: f64, rows: u64, round_cost: f64
         draft_secs: round_cost * rounds as f64,
         verify_secs: rounds as f64,
         sequences: 1,
+        step: None,
     }
 }
 
@@ -491,6 +493,7 @@ fn drafts_priced_out_by_load_do_not_teach_the_route_that_its_text_does_not_accep
     for _ in 0..200 {
         let busy = Observation {
             sequences: 16,
+            step: None,
             ..self_priced(StrategyKind::SuffixMedusa, 1.0, 0, 0.0)
         };
         learner.observe(&route(), &busy);
@@ -517,6 +520,7 @@ fn rows_drafted_under_load_move_the_measured_rows_as_little_as_its_acceptance() 
     }
     let busy = Observation {
         sequences: 16,
+        step: None,
         ..self_priced(StrategyKind::SuffixMedusa, 1.0, 0, 0.0)
     };
     for _ in 0..10 {
@@ -537,6 +541,7 @@ fn rows_drafted_under_load_move_the_measured_rows_as_little_as_its_acceptance() 
             &route(),
             &Observation {
                 sequences: 1,
+                step: None,
                 ..busy
             },
         );
@@ -636,4 +641,71 @@ fn a_new_tenants_first_requests_start_where_the_class_accepts_and_never_run_much
     // that sent a request there paid a draft pass per token for nothing.
     assert_eq!(early_exit, 0, "early-exit chosen {early_exit} times");
     assert!(worst >= 1.0 / 1.15, "a request ran at {worst:.3} of plain");
+}
+
+#[test]
+fn a_drafter_whose_passes_cost_more_than_their_rows_say_is_valued_at_what_they_measured() {
+    // Two drafters commit 1.6 tokens a pass from 2 rows a round at the same draft cost, but
+    // the tree's passes take 1.4 times what the step-cost line predicts for 3 tokens (tree
+    // attention, the kept rows' compaction) while the chain's take what it predicts. Valued
+    // on the line alone they tie; on what they measured the chain wins.
+    let fit = Some((1.0, 0.15));
+    let measured = |strategy, factor: f64| Observation {
+        // A verify pass of 1 + 2 tokens: t0 + t1·(1 + 2) = 1.45 on the line.
+        verify_secs: 40.0 * 1.45 * factor,
+        step: fit,
+        ..self_priced(strategy, 1.6, 2, 0.05)
+    };
+    let limits = Constraints {
+        allowed: vec![StrategyKind::MedusaTree, StrategyKind::SuffixMedusa],
+        explore: false,
+        ..limits()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let mut learner = Learner::default();
+    for _ in 0..10 {
+        learner.observe(&route(), &measured(StrategyKind::MedusaTree, 1.4));
+        learner.observe(&route(), &measured(StrategyKind::SuffixMedusa, 1.0));
+    }
+    let plan = learner.choose(&route(), &limits, &IDLE, &mut rng);
+    assert_eq!(plan.strategy, StrategyKind::SuffixMedusa, "{plan:?}");
+    let arms = learner.arms(&route());
+    let factor = |s| {
+        arms.iter()
+            .find(|(k, _)| *k == s)
+            .and_then(|(_, a)| a.pass_factor)
+            .expect("measured")
+    };
+    assert!((factor(StrategyKind::MedusaTree) - 1.4).abs() < 1e-9);
+    assert!((factor(StrategyKind::SuffixMedusa) - 1.0).abs() < 1e-9);
+    // The other way round, the tree wins: the factor decides, not the strategy's name.
+    let mut learner = Learner::default();
+    for _ in 0..10 {
+        learner.observe(&route(), &measured(StrategyKind::MedusaTree, 1.0));
+        learner.observe(&route(), &measured(StrategyKind::SuffixMedusa, 1.4));
+    }
+    let plan = learner.choose(&route(), &limits, &IDLE, &mut rng);
+    assert_eq!(plan.strategy, StrategyKind::MedusaTree, "{plan:?}");
+}
+
+#[test]
+fn passes_measured_beside_other_sequences_do_not_price_a_drafter() {
+    // Beside another sequence a step also carries its rows and prompt chunks: the pass takes
+    // three times the line's time for this request's rows, which says nothing of the drafter.
+    let busy = Observation {
+        verify_secs: 40.0 * 1.45 * 3.0,
+        step: Some((1.0, 0.15)),
+        sequences: 2,
+        ..self_priced(StrategyKind::SuffixMedusa, 1.6, 2, 0.05)
+    };
+    let mut learner = Learner::default();
+    for _ in 0..10 {
+        learner.observe(&route(), &busy);
+    }
+    let arms = learner.arms(&route());
+    let arm = arms
+        .iter()
+        .find(|(k, _)| *k == StrategyKind::SuffixMedusa)
+        .expect("observed");
+    assert_eq!(arm.1.pass_factor, None, "{arm:?}");
 }

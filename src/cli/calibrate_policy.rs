@@ -63,7 +63,8 @@ pub fn run(model: PathBuf, args: CalibratePolicyArgs) -> Result<()> {
         "# The learner's priors for {}.\n\
          # Per workload class and strategy: alpha (accepted per judged position, as the\n\
          # learner counts them), draft_cost (per round for drafters that price their own\n\
-         # drafts, else per drafted token; a share of a verify pass) and drafts_per_round.\n\
+         # drafts, else per drafted token; a share of a verify pass), drafts_per_round and\n\
+         # pass_factor (their verify passes over the step-cost line's time for them).\n\
          # Written by `specgate calibrate-policy`; see docs/policies.md.\n{}",
         priors.model,
         priors.to_toml()?

@@ -69,13 +69,15 @@ pub fn calibrate(cfg: &CalibrateConfig, log: &mut dyn Write) -> anyhow::Result<P
             writeln!(log, "skipped prompt set {}: not a workload class", row.set)?;
             continue;
         };
-        let arm = ArmPrior::measured(&observation(row));
+        let same_set: Vec<&SpecRow> = rows.iter().filter(|r| r.set == row.set).collect();
+        let arm = ArmPrior::measured(&observation(row, step_line(&same_set)));
         // Four significant digits: the runs' noise is larger.
         let round = |x: f64| format!("{x:.4e}").parse().unwrap_or(x);
         let arm = ArmPrior {
             alpha: round(arm.alpha),
             draft_cost: round(arm.draft_cost),
             drafts_per_round: arm.drafts_per_round.map(round),
+            pass_factor: arm.pass_factor.map(round),
         };
         priors.insert(class, row.strategy, arm);
     }
@@ -105,8 +107,32 @@ fn bench_config(
     }
 }
 
-/// A cell's summed counts as one observation of an idle engine.
-fn observation(row: &SpecRow) -> Observation {
+/// The step-cost line (t0, t1: seconds per pass = t0 + t1 · tokens) through one set's
+/// passes: plain decoding's (1 token) and each strategy's verify passes (1 + its drafts per
+/// round), by least squares. Each self-pricing drafter's passes are then measured against it,
+/// as the engine measures a request's against its own fit.
+fn step_line(rows: &[&SpecRow]) -> Option<(f64, f64)> {
+    let plain = rows.first()?.plain_tokens_per_second;
+    let mut points = vec![(1.0, 1.0 / plain.max(1e-9))];
+    for r in rows.iter().filter(|r| r.stats.rounds > 0) {
+        let rounds = r.stats.rounds as f64;
+        let tokens = 1.0 + r.stats.drafted as f64 / rounds;
+        points.push((tokens, r.stats.verify_time.as_secs_f64() / rounds));
+    }
+    let n = points.len() as f64;
+    let (mx, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x / n, b + y / n));
+    let var: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    if var < 1e-9 {
+        return None;
+    }
+    let t1 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum::<f64>() / var;
+    Some((my - t1 * mx, t1))
+}
+
+/// A cell's summed counts as one observation of an idle engine whose step line is `step`.
+fn observation(row: &SpecRow, step: Option<(f64, f64)>) -> Observation {
     let s = &row.stats;
     Observation {
         strategy: row.strategy,
@@ -117,5 +143,6 @@ fn observation(row: &SpecRow) -> Observation {
         draft_secs: s.draft_time.as_secs_f64(),
         verify_secs: s.verify_time.as_secs_f64(),
         sequences: 1,
+        step,
     }
 }

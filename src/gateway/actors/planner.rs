@@ -76,6 +76,8 @@ impl Planner {
                     draft_secs: learned.draft_secs,
                     verify_secs: learned.verify_secs,
                     sequences: typical(learned.sequences()),
+                    // The history keeps no step times: passes are measured live only.
+                    step: None,
                 },
             );
             seen += 1;
@@ -257,6 +259,7 @@ impl Handler<Observe> for Planner {
             draft_secs: s.stats.draft_time.as_secs_f64(),
             verify_secs: s.stats.verify_time.as_secs_f64(),
             sequences: typical(s.sequences),
+            step: self.engine.status().load_view(typical(s.sequences)).step,
         };
         self.learner.observe(&route, &obs);
     }
