@@ -29,6 +29,20 @@ pub fn specgate(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A priors file for the default model with no entries, under `dir`: `serve --priors` with it
+/// starts every class from uniform priors (for tests whose plans must not depend on the
+/// shipped measurements).
+pub fn uniform_priors(dir: &std::path::Path) -> PathBuf {
+    let sha = specgate::model::fetch::model_sha256(&model_path()).expect("the model's sha256");
+    let path = dir.join("uniform.priors.toml");
+    std::fs::write(
+        &path,
+        format!("model = \"default\"\nmodel_sha256 = \"{sha}\"\n"),
+    )
+    .expect("write priors");
+    path
+}
+
 /// The default model, fetched on first use. `SPECGATE_MODEL` points the tests at another file.
 pub fn model_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
