@@ -78,6 +78,7 @@ fn replay(d: &mut dyn Drafter, case: &Case, k: usize, floor: f32, oracle: bool) 
         prompt_len: prompt.len(),
         sampling: &sampling,
         hidden: None,
+        fresh_hidden: &[],
         // The drafter's floor is the price times what a pass is worth.
         row_cost: Some(floor / TOKENS_PER_PASS_FORGONE),
     };

@@ -42,6 +42,9 @@ enum Command {
     Soak(crate::cli::gateway::SoakArgs),
     /// Train Medusa heads for the model by self-distillation (CPU), with a held-out report.
     TrainHeads(crate::cli::train_heads::TrainHeadsArgs),
+    /// Train the EAGLE draft layer for the model on its own greedy continuations (CPU), with
+    /// a held-out report.
+    TrainEagle(crate::cli::train_eagle::TrainEagleArgs),
     /// Calibrate Medusa heads (the temperatures and coverage tree drafting ranks candidates
     /// by) on the held-out continuations of their training prompts.
     CalibrateHeads(crate::cli::calibrate_heads::CalibrateHeadsArgs),
@@ -202,6 +205,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         .load(&path, &lm.tokenizer, SUFFIX_MAX_DEPTH)?,
         seed: args.seed,
         medusa_heads: args.medusa_heads.clone(),
+        eagle_layer: None,
     };
     let mut drafter = args.strategy.build(&cfg, &lm.tokenizer)?;
     let json = args.json;
@@ -265,6 +269,9 @@ fn run() -> Result<()> {
         Command::Soak(args) => crate::cli::gateway::run_soak(args),
         Command::TrainHeads(args) => {
             crate::cli::train_heads::run(resolve_model(args.model.clone())?, args)
+        }
+        Command::TrainEagle(args) => {
+            crate::cli::train_eagle::run(resolve_model(args.model.clone())?, args)
         }
         Command::CalibrateHeads(args) => {
             crate::cli::calibrate_heads::run(resolve_model(args.model.clone())?, args)

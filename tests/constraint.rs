@@ -38,6 +38,7 @@ fn drafters(lm: &LoadedModel) -> Vec<(StrategyKind, BoxedDrafter)> {
         corpus: None,
         seed: 0,
         medusa_heads: None,
+        eagle_layer: None,
     };
     common::every_drafter(&cfg, &lm.tokenizer)
 }

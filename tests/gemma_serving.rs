@@ -32,6 +32,7 @@ fn config(seed: u64) -> DrafterConfig {
         corpus: None,
         seed,
         medusa_heads: None,
+        eagle_layer: None,
     }
 }
 

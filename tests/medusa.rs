@@ -20,6 +20,7 @@ fn config(heads: Option<std::path::PathBuf>) -> DrafterConfig {
         corpus: None,
         seed: 0,
         medusa_heads: heads,
+        eagle_layer: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn drafters(lm: &specgate::model::loaded::LoadedModel) -> Vec<(StrategyKind, Box
             .unwrap(),
         seed: 0,
         medusa_heads: None,
+        eagle_layer: None,
     };
     common::every_drafter(&cfg, &lm.tokenizer)
 }
@@ -200,6 +201,7 @@ fn a_long_prompt_reaches_the_draft_model_a_chunk_a_round_and_drafts_as_if_fed_at
         prompt_len: tokens.len(),
         sampling: &sampling,
         hidden: None,
+        fresh_hidden: &[],
         row_cost: None,
     };
     let early_exit = || ModelDrafter::early_exit(&common::model_path(), DEFAULT_EXIT_LAYER, 0);

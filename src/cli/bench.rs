@@ -66,6 +66,9 @@ pub enum BenchCommand {
         /// Medusa heads' directory for the medusa strategies (default: the shipped heads).
         #[arg(long)]
         medusa_heads: Option<PathBuf>,
+        /// The EAGLE layer's directory for the eagle strategy (default: the shipped layer).
+        #[arg(long)]
+        eagle_layer: Option<PathBuf>,
         /// Answer corpus for the suffix strategies (default: the shipped one for the model).
         #[arg(long)]
         corpus: Option<PathBuf>,
@@ -99,14 +102,19 @@ pub fn buildable(
     model: &std::path::Path,
     draft_model: bool,
     medusa_heads: Option<&std::path::Path>,
+    eagle_layer: Option<&std::path::Path>,
 ) -> Vec<StrategyKind> {
     let heads = medusa_heads
         .map(PathBuf::from)
         .unwrap_or_else(|| specgate::heads::bundle::default_dir(model));
+    let eagle = eagle_layer
+        .map(PathBuf::from)
+        .unwrap_or_else(|| specgate::heads::eagle_bundle::default_dir(model));
     let has = |needs| match needs {
         Needs::Nothing | Needs::EarlyExitLayers => true,
         Needs::DraftModel => draft_model,
         Needs::MedusaHeads => heads.join("heads.json").exists(),
+        Needs::EagleLayer => eagle.join("eagle.json").exists(),
     };
     registry::REGISTRY
         .iter()
@@ -185,6 +193,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
             max_tokens,
             draft_model,
             medusa_heads,
+            eagle_layer,
             corpus,
             no_corpus,
             exit_layer,
@@ -196,7 +205,12 @@ pub fn run(which: BenchCommand) -> Result<()> {
         } => {
             let model = resolve_model(model)?;
             if strategies.is_empty() {
-                strategies = buildable(&model, draft_model.is_some(), medusa_heads.as_deref());
+                strategies = buildable(
+                    &model,
+                    draft_model.is_some(),
+                    medusa_heads.as_deref(),
+                    eagle_layer.as_deref(),
+                );
             }
             let cfg = specgate::tools::bench_spec::SpecBenchConfig {
                 model,
@@ -207,6 +221,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
                 max_tokens,
                 draft_model,
                 medusa_heads,
+                eagle_layer,
                 corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
                     corpus, no_corpus,
                 ),

@@ -42,6 +42,7 @@ pub fn run(model: PathBuf, args: CalibratePolicyArgs) -> Result<()> {
         &model,
         args.draft_model.is_some(),
         args.medusa_heads.as_deref(),
+        None,
     );
     let out = args
         .out

@@ -45,6 +45,9 @@ pub struct ServeArgs {
     /// Medusa heads for the `medusa` strategy (default: the shipped heads for the model).
     #[arg(long)]
     medusa_heads: Option<PathBuf>,
+    /// The EAGLE layer for the `eagle` strategy (default: the shipped layer for the model).
+    #[arg(long)]
+    eagle_layer: Option<PathBuf>,
     /// Answer corpus the suffix strategies consult for every tenant (default: the shipped
     /// one for the model, `specgate build-corpus` writes one).
     #[arg(long)]
@@ -182,6 +185,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         admin_token: args.admin_token,
         draft_model: args.draft_model,
         medusa_heads: args.medusa_heads,
+        eagle_layer: args.eagle_layer,
         corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
             args.corpus,
             args.no_corpus,

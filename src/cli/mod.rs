@@ -7,4 +7,5 @@ pub mod calibrate_policy;
 pub mod check_kernels;
 pub mod gateway;
 pub mod store;
+pub mod train_eagle;
 pub mod train_heads;

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 pub use specgate_strategies::StrategyKind;
 use specgate_strategies::{
-    FallbackBudget, FallbackDrafter, MedusaDrafter, NgramDrafter, PlainDrafter, SharedCorpus,
-    SharedSuffixCache, SuffixDrafter, UnknownStrategy,
+    eagle::EagleDrafter, FallbackBudget, FallbackDrafter, MedusaDrafter, NgramDrafter,
+    PlainDrafter, SharedCorpus, SharedSuffixCache, SuffixDrafter, UnknownStrategy,
 };
 
 use crate::drafting::model_drafter::{DraftModelError, ModelDrafter, SharedModel};
 use crate::heads::bundle::MedusaBundle;
+use crate::heads::eagle_bundle::EagleBundle;
 use crate::model::tokenizer::Tokenizer;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,8 @@ pub struct DrafterConfig {
     pub seed: u64,
     /// Medusa heads' directory (default: the shipped heads for the target).
     pub medusa_heads: Option<PathBuf>,
+    /// The EAGLE layer's directory (default: the shipped layer for the target).
+    pub eagle_layer: Option<PathBuf>,
 }
 
 /// Suffix drafting: contexts up to 8 tokens, stop when the draft's estimated chance of being
@@ -69,6 +72,8 @@ pub enum Needs {
     EarlyExitLayers,
     /// Medusa heads for the target.
     MedusaHeads,
+    /// The EAGLE draft layer for the target.
+    EagleLayer,
 }
 
 /// What drafters are built from, loaded once (a server's strategy actors, a command).
@@ -77,6 +82,7 @@ pub struct DraftResources {
     pub draft_model: Option<SharedModel>,
     pub early_exit: Option<SharedModel>,
     pub medusa: Option<MedusaBundle>,
+    pub eagle: Option<EagleBundle>,
     /// The answer corpus the suffix strategies consult after a tenant's own text.
     pub corpus: Option<SharedCorpus>,
 }
@@ -89,6 +95,7 @@ impl Needs {
             Needs::DraftModel => "a draft model (--draft-model)",
             Needs::EarlyExitLayers => "the target's early-exit layers",
             Needs::MedusaHeads => "Medusa heads",
+            Needs::EagleLayer => "an EAGLE layer",
         }
     }
 }
@@ -101,6 +108,7 @@ impl DraftResources {
             Needs::DraftModel => self.draft_model.is_some(),
             Needs::EarlyExitLayers => self.early_exit.is_some(),
             Needs::MedusaHeads => self.medusa.is_some(),
+            Needs::EagleLayer => self.eagle.is_some(),
         }
     }
 }
@@ -124,7 +132,7 @@ pub struct Registration {
 
 /// Every strategy's drafter, in one place. Adding a strategy: its drafter in `strategies/`,
 /// its variant and row in `strategies/src/kind.rs`, and one row here.
-pub const REGISTRY: [Registration; 8] = [
+pub const REGISTRY: [Registration; 9] = [
     Registration {
         kind: StrategyKind::Plain,
         needs: Needs::Nothing,
@@ -169,6 +177,11 @@ pub const REGISTRY: [Registration; 8] = [
         kind: StrategyKind::SuffixMedusa,
         needs: Needs::MedusaHeads,
         build: heads_drafter,
+    },
+    Registration {
+        kind: StrategyKind::Eagle,
+        needs: Needs::EagleLayer,
+        build: eagle_drafter,
     },
 ];
 
@@ -226,6 +239,18 @@ fn heads_drafter(
     ))
 }
 
+fn eagle_drafter(
+    kind: StrategyKind,
+    res: &DraftResources,
+    req: DraftRequest,
+) -> Result<BoxedDrafter, StrategyError> {
+    let b = res.eagle.as_ref().ok_or(StrategyError::NotLoaded(kind))?;
+    let d = EagleDrafter::new(b.head.clone(), b.lm_head.clone(), req.seed)
+        .with_min_chance(MEDUSA_MIN_CHANCE)
+        .with_tree(EAGLE_TREE_NODES);
+    Ok(Box::new(d))
+}
+
 impl DrafterConfig {
     /// Load what `kind` needs from the paths given (a command builds one strategy's drafter).
     pub fn resources(
@@ -257,6 +282,13 @@ impl DrafterConfig {
                     .unwrap_or_else(|| crate::heads::bundle::default_dir(&self.target_path));
                 res.medusa = Some(crate::heads::bundle::load(&dir, &self.target_path)?);
             }
+            Needs::EagleLayer => {
+                let dir = self
+                    .eagle_layer
+                    .clone()
+                    .unwrap_or_else(|| crate::heads::eagle_bundle::default_dir(&self.target_path));
+                res.eagle = Some(crate::heads::eagle_bundle::load(&dir, &self.target_path)?);
+            }
         }
         Ok(res)
     }
@@ -283,6 +315,9 @@ impl BuildDrafter for StrategyKind {
 /// Most nodes of a Medusa candidate tree; a round's k bounds it too (its verify pass has one
 /// row more).
 pub const MEDUSA_TREE_NODES: usize = 16;
+
+/// Most nodes of an EAGLE tree (a round's k bounds it too); the row price prunes it on a CPU.
+pub const EAGLE_TREE_NODES: usize = 32;
 
 /// What `suffix-medusa` drafts with the heads when the lookup has nothing. Greedy: a tree of
 /// at most 4 nodes (the first head's runner-up is accepted where its favourite is not).

@@ -60,6 +60,9 @@ pub struct SequenceState {
     /// Final hidden state of the row that produced the pending token, when the caller ran
     /// the target with hidden states ([hidden]; Medusa drafts from it).
     hidden: Option<Vec<f32>>,
+    /// Hidden states of the rows behind the last round's committed tokens (EAGLE reads every
+    /// committed position's; empty without hidden states).
+    fresh: Vec<f32>,
     /// Log-probabilities of the generated tokens not yet handed out, when asked for.
     logprobs: Option<LogprobQueue>,
     /// The grammar the output must follow, when the request gave one.
@@ -87,6 +90,7 @@ impl SequenceState {
             stats: SpecStats::default(),
             gaps: None,
             hidden: None,
+            fresh: Vec::new(),
             logprobs: None,
             constraint: None,
         }
@@ -181,6 +185,7 @@ impl SequenceState {
             .sampling
             .sample(masked.as_deref().unwrap_or(last_row), &mut self.rng);
         self.hidden = (!last_hidden.is_empty()).then(|| last_hidden.to_vec());
+        self.fresh = last_hidden.to_vec();
         if let Some(g) = self.gaps.as_mut() {
             g.push(top2_gap(last_row));
         }
@@ -227,6 +232,7 @@ impl SequenceState {
             prompt_len: self.prompt_len,
             sampling: &self.params.sampling,
             hidden: self.hidden.as_deref(),
+            fresh_hidden: &self.fresh,
             row_cost,
         };
         let t = Instant::now();
@@ -329,6 +335,12 @@ impl SequenceState {
         self.hidden = hidden
             .get(last * width..(last + 1) * width)
             .map(<[f32]>::to_vec);
+        self.fresh.clear();
+        for &j in &used_rows {
+            if let Some(row) = hidden.get(j * width..(j + 1) * width) {
+                self.fresh.extend_from_slice(row);
+            }
+        }
         if let Some(g) = self.gaps.as_mut() {
             g.extend(
                 used_rows
@@ -361,6 +373,7 @@ impl SequenceState {
             prompt_len: self.prompt_len,
             sampling: &self.params.sampling,
             hidden: self.hidden.as_deref(),
+            fresh_hidden: &self.fresh,
             row_cost: None,
         };
         // A forced round's draft was not the drafter's: none of its draft was accepted.

@@ -26,6 +26,7 @@ use crate::gateway::http::requests::RequestLimits;
 use crate::gateway::http::routes;
 use crate::gateway::http::state::AppState;
 use crate::heads::bundle::MedusaBundle;
+use crate::heads::eagle_bundle::EagleBundle;
 use crate::model::loaded::{LoadError, LoadedModel};
 use crate::model::tokenizer::Tokenizer;
 use specgate_policies::{ArmPrior, WorkloadClass};
@@ -67,6 +68,8 @@ pub struct ServeConfig {
     pub draft_model: Option<PathBuf>,
     /// Medusa heads' directory (default: the shipped heads for the model, if any).
     pub medusa_heads: Option<PathBuf>,
+    /// The EAGLE layer's directory (default: the shipped layer for the model, if any).
+    pub eagle_layer: Option<PathBuf>,
     /// The answer corpus the suffix strategies consult for every tenant.
     pub corpus: crate::drafting::answer_corpus::CorpusSource,
     pub exit_layer: usize,
@@ -270,6 +273,7 @@ fn draft_resources(cfg: &ServeConfig, tokenizer: &Tokenizer) -> Result<DraftReso
         draft_model,
         early_exit: Some(ModelDrafter::load_early_exit(&cfg.model, cfg.exit_layer)?),
         medusa: load_medusa(cfg)?,
+        eagle: load_eagle(cfg)?,
         corpus,
     })
 }
@@ -288,6 +292,26 @@ fn load_medusa(cfg: &ServeConfig) -> Result<Option<MedusaBundle>, ServeError> {
         Ok(b) => Ok(Some(b)),
         Err(e) => {
             eprintln!("specgate: medusa unavailable: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// A layer given with `--eagle-layer` must load; the shipped one is used when it exists and
+/// matches the model, and otherwise the `eagle` strategy is simply unavailable.
+fn load_eagle(cfg: &ServeConfig) -> Result<Option<EagleBundle>, ServeError> {
+    use crate::heads::eagle_bundle;
+    if let Some(dir) = &cfg.eagle_layer {
+        return Ok(Some(eagle_bundle::load(dir, &cfg.model)?));
+    }
+    let dir = eagle_bundle::default_dir(&cfg.model);
+    if !dir.join("eagle.json").exists() {
+        return Ok(None);
+    }
+    match eagle_bundle::load(&dir, &cfg.model) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) => {
+            eprintln!("specgate: eagle unavailable: {e}");
             Ok(None)
         }
     }

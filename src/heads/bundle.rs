@@ -188,13 +188,9 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<HeadsConfig, MedusaError
 /// Load heads from `dir` for the GGUF at `target`.
 pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
     let cfg = read_config(dir, target)?;
-    let (lm_head, model_cfg) = lm_head_tensor(target)?;
+    let model_cfg = crate::model::lm_head_tensor(target)?.1;
     let draft_vocab = read_draft_vocab(dir, &cfg, model_cfg.vocab_size)?;
-    let linear = Linear::new(
-        select_rows(&lm_head, draft_vocab.ids())?,
-        MatmulBackend::Kernels,
-    )?;
-    let rows = QuantRows::new(&first_rows(&lm_head, EMBED_VOCAB)?)?;
+    let (lm_head, model_cfg) = target_lm_head(target, &draft_vocab)?;
     if (model_cfg.hidden, model_cfg.vocab_size) != (cfg.hidden_size, cfg.vocab_size) {
         return Err(config_error(
             &dir.join("heads.json"),
@@ -211,14 +207,29 @@ pub fn load(dir: &Path, target: &Path) -> Result<MedusaBundle, MedusaError> {
     Ok(MedusaBundle {
         config: cfg,
         heads: Arc::new(heads),
-        lm_head: Arc::new(TargetLmHead {
-            linear,
-            rows,
-            target_vocab: model_cfg.vocab_size,
-            draft_ids: draft_vocab.ids().to_vec(),
-        }),
+        lm_head,
         draft_vocab,
     })
+}
+
+/// The target's LM head over `draft_vocab`, as drafters read it, and the model's config.
+pub fn target_lm_head(
+    target: &Path,
+    draft_vocab: &DraftVocab,
+) -> Result<(Arc<dyn LmHead>, crate::model::ModelConfig), MedusaError> {
+    let (lm_head, model_cfg) = lm_head_tensor(target)?;
+    let linear = Linear::new(
+        select_rows(&lm_head, draft_vocab.ids())?,
+        MatmulBackend::Kernels,
+    )?;
+    let rows = QuantRows::new(&first_rows(&lm_head, EMBED_VOCAB)?)?;
+    let head = TargetLmHead {
+        linear,
+        rows,
+        target_vocab: model_cfg.vocab_size,
+        draft_ids: draft_vocab.ids().to_vec(),
+    };
+    Ok((Arc::new(head), model_cfg))
 }
 
 /// The draft vocabulary `cfg` names (a file in `dir`), else the first `DRAFT_VOCAB` ids.

@@ -66,6 +66,8 @@ pub struct SpecBenchConfig {
     pub draft_model: Option<PathBuf>,
     /// Medusa heads' directory (None: the shipped heads for the model).
     pub medusa_heads: Option<PathBuf>,
+    /// The EAGLE layer's directory (None: the shipped layer for the model).
+    pub eagle_layer: Option<PathBuf>,
     pub corpus: crate::drafting::answer_corpus::CorpusSource,
     pub exit_layer: usize,
     pub sampling: SamplingParams,
@@ -172,6 +174,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
             .load(&cfg.model, &lm.tokenizer, SUFFIX_MAX_DEPTH)?,
         seed: 0,
         medusa_heads: cfg.medusa_heads.clone(),
+        eagle_layer: cfg.eagle_layer.clone(),
     };
     let params = |k: KChoice| GenerateParams {
         max_tokens: cfg.max_tokens,

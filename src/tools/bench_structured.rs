@@ -139,6 +139,7 @@ fn drafters(
         corpus: CorpusSource::Default.load(model, &lm.tokenizer, 8)?,
         seed: 0,
         medusa_heads: None,
+        eagle_layer: None,
     };
     kinds
         .iter()

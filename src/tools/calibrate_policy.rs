@@ -98,6 +98,7 @@ fn bench_config(
         max_tokens: cfg.max_tokens,
         draft_model: cfg.draft_model.clone(),
         medusa_heads: cfg.medusa_heads.clone(),
+        eagle_layer: None,
         corpus: cfg.corpus.clone(),
         exit_layer: cfg.exit_layer,
         sampling: SamplingParams::greedy(),

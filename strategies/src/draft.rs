@@ -65,6 +65,11 @@ pub struct DraftContext<'a> {
     /// The target's final (normed) hidden state of the row that produced the last token
     /// ([hidden]), when the caller ran the target with hidden states (Medusa heads use it).
     pub hidden: Option<&'a [f32]>,
+    /// The target's final (normed) hidden states of the rows behind the tokens the last
+    /// round committed ([committed, hidden]; the first token's row after the prompt pass),
+    /// when the caller ran the target with hidden states: what the EAGLE layer reads for
+    /// every committed position. Empty otherwise.
+    pub fresh_hidden: &'a [f32],
     /// What one more verify row costs, as a share of a plain target pass, at the load the
     /// target is under now (the caller's cost model; None: not measured). A drafted token
     /// pays for its row only when its chance of acceptance exceeds this, so drafters that
@@ -273,6 +278,7 @@ mod tests {
             prompt_len: 1,
             sampling: &sampling,
             hidden: None,
+            fresh_hidden: &[],
             row_cost: None,
         };
         w.on_commit(&ctx, 2);

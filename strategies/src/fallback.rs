@@ -145,6 +145,7 @@ mod tests {
             prompt_len: 1,
             sampling,
             hidden: None,
+            fresh_hidden: &[],
             row_cost: None,
         }
     }

@@ -16,6 +16,8 @@ pub enum StrategyKind {
     MedusaTree,
     /// Suffix lookup when it has a draft, else the first Medusa head's token.
     SuffixMedusa,
+    /// The EAGLE draft layer: dynamic trees for greedy requests, chains when sampling.
+    Eagle,
 }
 
 /// A strategy name nobody knows.
@@ -58,7 +60,7 @@ const fn spec(kind: StrategyKind, name: &'static str) -> Spec {
 /// Every strategy, a row each in the order of the variants. Adding a strategy: a variant, a
 /// row here, its drafter in a file of its own, and its row in the binary's drafter registry
 /// (`src/drafting/registry.rs`).
-const SPECS: [Spec; 8] = [
+const SPECS: [Spec; 9] = [
     spec(StrategyKind::Plain, "plain"),
     Spec {
         lookup: true,
@@ -87,6 +89,10 @@ const SPECS: [Spec; 8] = [
         prices_own_drafts: true,
         medusa: true,
         ..spec(StrategyKind::SuffixMedusa, "suffix-medusa")
+    },
+    Spec {
+        prices_own_drafts: true,
+        ..spec(StrategyKind::Eagle, "eagle")
     },
 ];
 
@@ -172,7 +178,7 @@ mod tests {
         );
         assert_eq!(
             with(StrategyKind::prices_own_drafts),
-            ["suffix", "medusa", "medusa-tree", "suffix-medusa"]
+            ["suffix", "medusa", "medusa-tree", "suffix-medusa", "eagle"]
         );
         assert_eq!(
             with(StrategyKind::uses_medusa),
@@ -185,8 +191,8 @@ mod tests {
         for k in StrategyKind::ALL {
             assert_eq!(k.name().parse::<StrategyKind>(), Ok(k));
         }
-        let err = "eagle".parse::<StrategyKind>().unwrap_err();
-        assert_eq!(err, UnknownStrategy("eagle".into()));
+        let err = "hydra".parse::<StrategyKind>().unwrap_err();
+        assert_eq!(err, UnknownStrategy("hydra".into()));
         assert!(err
             .to_string()
             .contains("known: plain, ngram, suffix, draft, early-exit"));

@@ -4,6 +4,7 @@
 pub mod constraint;
 pub mod corpus;
 pub mod draft;
+pub mod eagle;
 pub mod fallback;
 pub mod head_matrix;
 pub mod heads;

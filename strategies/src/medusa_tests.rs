@@ -22,6 +22,7 @@ fn ctx<'a>(h: Option<&'a [f32]>, sp: &'a SamplingParams) -> DraftContext<'a> {
         prompt_len: 1,
         sampling: sp,
         hidden: h,
+        fresh_hidden: &[],
         row_cost: None,
     }
 }

@@ -195,6 +195,7 @@ mod tests {
             prompt_len: prompt.len(),
             sampling: &sp,
             hidden: None,
+            fresh_hidden: &[],
             row_cost: None,
         };
         d.propose(&ctx, k).unwrap().tokens
@@ -241,6 +242,7 @@ mod tests {
             prompt_len: 2,
             sampling: &sp,
             hidden: None,
+            fresh_hidden: &[],
             row_cost: None,
         };
         assert_eq!(d.propose(&ctx, 4).unwrap().len(), 4);

@@ -81,6 +81,7 @@ mod tests {
             prompt_len: 2,
             sampling: &sampling,
             hidden: None,
+            fresh_hidden: &[],
             row_cost: None,
         };
         // A plain request answers [1, 2] with 10 11 12 13 14, one token a round.

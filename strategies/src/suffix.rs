@@ -268,6 +268,7 @@ mod tests {
             prompt_len: tokens.len(),
             sampling: &sp,
             hidden: None,
+            fresh_hidden: &[],
             row_cost,
         };
         d.propose(&ctx, k).unwrap().tokens

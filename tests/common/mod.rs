@@ -121,6 +121,7 @@ pub fn lean_drafter_config(
         corpus: None,
         seed,
         medusa_heads: None,
+        eagle_layer: None,
     }
 }
 

@@ -166,6 +166,7 @@ mod tests {
             prompt_len: tokens.len(),
             sampling: &sp,
             hidden: None,
+            fresh_hidden: &[],
             row_cost: None,
         })
     }

@@ -1,0 +1,149 @@
+//! `specgate train-eagle`: the EAGLE draft layer for a target, trained on the target's own
+//! greedy continuations of a prompt file (held-out split by prompt), written beside the
+//! shipped strategies' data with a report.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use specgate::heads::bundle::{self, DRAFT_VOCAB};
+use specgate::heads::draft_vocab::DraftVocab;
+use specgate::heads::eagle_bundle::{self, EagleConfig};
+use specgate::heads::eagle_data;
+use specgate::heads::eagle_trainer::{EagleTrainee, SeqInputs};
+use specgate::heads::eagle_training::{self, EagleSchedule};
+use specgate::heads::training;
+use specgate::model::loaded::LoadedModel;
+use specgate_strategies::eagle::EagleShape;
+
+#[derive(Args)]
+pub struct TrainEagleArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// JSON lines with a "prompt" field (run through the chat template).
+    #[arg(long, default_value = "strategies/data/medusa/train_prompts.jsonl")]
+    prompts: PathBuf,
+    /// Where the layer goes (default: strategies/data/eagle/<model file stem>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Generated continuations, reused when present (git-ignored).
+    #[arg(long, default_value = "target/eagle-train")]
+    work: PathBuf,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    #[arg(long, default_value_t = 700)]
+    steps: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    #[arg(long, default_value_t = 5e-4)]
+    lr: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 100)]
+    eval_every: usize,
+    /// Every n-th prompt is held out.
+    #[arg(long, default_value_t = 8)]
+    holdout_every: usize,
+    /// Use only every n-th prompt of the file (a quicker, smaller run).
+    #[arg(long, default_value_t = 1)]
+    every: usize,
+    /// Regenerate the continuations even when the work directory has them.
+    #[arg(long)]
+    fresh: bool,
+}
+
+pub fn run(model: PathBuf, args: TrainEagleArgs) -> Result<()> {
+    let log = &mut std::io::stderr();
+    std::fs::create_dir_all(&args.work)?;
+    let data_path = args.work.join(format!("data-{}.safetensors", args.every));
+    let mut lm = LoadedModel::load(&model)?;
+    let t = Instant::now();
+    let seqs = if data_path.exists() && !args.fresh {
+        writeln!(log, "reusing {}", data_path.display())?;
+        eagle_data::load(&data_path)?
+    } else {
+        let prompts = crate::cli::train_heads::read_prompts(&args.prompts, &lm)?;
+        let prompts: Vec<_> = prompts.into_iter().step_by(args.every.max(1)).collect();
+        writeln!(log, "generating continuations of {} prompts", prompts.len())?;
+        let seqs = eagle_data::generate(&mut lm, &prompts, args.max_new_tokens)?;
+        eagle_data::save(&data_path, &seqs)?;
+        seqs
+    };
+    let seconds_data = t.elapsed().as_secs_f64();
+    let cfg = lm.model.config().clone();
+    let frozen =
+        training::frozen_head(&model, &DraftVocab::first(DRAFT_VOCAB.min(cfg.vocab_size)))?;
+    let (train, held) = eagle_data::split(seqs, args.holdout_every);
+    let inputs = |s: &[eagle_data::EagleSequence]| -> Result<Vec<SeqInputs>> {
+        let mut out = Vec::new();
+        for s in s {
+            out.extend(SeqInputs::of(s, &frozen)?);
+        }
+        Ok(out)
+    };
+    let (train, held) = (inputs(&train)?, inputs(&held)?);
+    writeln!(
+        log,
+        "{} training sequences, {} held out",
+        train.len(),
+        held.len()
+    )?;
+    let shape = EagleShape {
+        hidden: cfg.hidden,
+        heads: cfg.n_heads,
+        kv_heads: cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        ffn: cfg.ffn,
+        rope_base: cfg.rope_base,
+        rms_eps: cfg.rms_eps,
+    };
+    let init_layer = cfg.n_layers.saturating_sub(1);
+    let trainee = EagleTrainee::from_target(&model, shape, init_layer)?;
+    let schedule = EagleSchedule {
+        steps: args.steps,
+        batch: args.batch,
+        lr: args.lr,
+        seed: args.seed,
+        eval_every: args.eval_every,
+    };
+    let mut report = eagle_training::train(&trainee, &train, &held, &frozen, schedule, &mut |l| {
+        eprintln!("{l}")
+    })?;
+    report.seconds_data = seconds_data;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| eagle_bundle::default_dir(&model));
+    let config = EagleConfig {
+        format: eagle_bundle::FORMAT.into(),
+        hidden_size: cfg.hidden,
+        heads: cfg.n_heads,
+        kv_heads: cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        ffn: cfg.ffn,
+        rope_base: cfg.rope_base,
+        rms_eps: cfg.rms_eps,
+        vocab_size: cfg.vocab_size,
+        target: model
+            .file_name()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
+        target_sha256: bundle::sha256_of(&model)?,
+        init_layer,
+    };
+    eagle_bundle::save(&out, &trainee.weights()?, &config)?;
+    let json = serde_json::to_string_pretty(&report)?;
+    std::fs::write(out.join("report.json"), json + "\n")
+        .with_context(|| format!("{}", out.display()))?;
+    writeln!(
+        log,
+        "held-out top-1: first draft {:.3}, second {:.3}, both {:.3}; wrote {}",
+        report.held_out_top1_step1,
+        report.held_out_top1_step2,
+        report.held_out_chain_of_two,
+        out.display()
+    )?;
+    Ok(())
+}

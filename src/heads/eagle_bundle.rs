@@ -1,0 +1,160 @@
+//! The EAGLE draft layer on disk (format `specgate-eagle/1`), and what a server drafts with.
+//!
+//! A directory with `eagle.json` — `{"format", "hidden_size", "heads", "kv_heads",
+//! "head_dim", "ffn", "rope_base", "rms_eps", "vocab_size", "target", "target_sha256",
+//! "init_layer"}` — and `eagle.safetensors`: the tensors of
+//! [`specgate_strategies::eagle::EagleShape::tensors`] (F16 or F32; vectors as [n]). The
+//! layer drafts through the target's own LM head over the draft vocabulary (the first
+//! `DRAFT_VOCAB` ids, as the Medusa heads) and reads token embeddings as they do (LM-head
+//! rows, zero past `EMBED_VOCAB`). A layer trained for another model (sha256) is refused.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+use specgate_strategies::eagle::{EagleHead, EagleShape, EagleWeights};
+use specgate_strategies::LmHead;
+
+use crate::heads::bundle::{sha256_of, target_lm_head, MedusaError, DRAFT_VOCAB};
+use crate::heads::draft_vocab::DraftVocab;
+
+pub const FORMAT: &str = "specgate-eagle/1";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EagleConfig {
+    pub format: String,
+    pub hidden_size: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+    pub vocab_size: usize,
+    pub target: String,
+    pub target_sha256: String,
+    /// The target layer the draft layer was initialised from (a record, not read).
+    pub init_layer: usize,
+}
+
+impl EagleConfig {
+    pub fn shape(&self) -> EagleShape {
+        EagleShape {
+            hidden: self.hidden_size,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            ffn: self.ffn,
+            rope_base: self.rope_base,
+            rms_eps: self.rms_eps,
+        }
+    }
+}
+
+/// The layer and the LM head it drafts through, shared by every request.
+#[derive(Clone)]
+pub struct EagleBundle {
+    pub config: EagleConfig,
+    pub head: Arc<EagleHead>,
+    pub lm_head: Arc<dyn LmHead>,
+}
+
+fn config_error(path: &Path, why: impl ToString) -> MedusaError {
+    MedusaError::Config {
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    }
+}
+
+/// Read `dir/eagle.json`, refusing a layer made for another model than `target`.
+pub fn read_config(dir: &Path, target: &Path) -> Result<EagleConfig, MedusaError> {
+    let path = dir.join("eagle.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| config_error(&path, e))?;
+    let cfg: EagleConfig = serde_json::from_str(&text).map_err(|e| config_error(&path, e))?;
+    if cfg.format != FORMAT {
+        return Err(config_error(
+            &path,
+            format!("format {:?}: expected {FORMAT:?}", cfg.format),
+        ));
+    }
+    let actual = sha256_of(target)?;
+    if !actual.eq_ignore_ascii_case(&cfg.target_sha256) {
+        return Err(MedusaError::WrongModel {
+            trained_for: cfg.target.clone(),
+            expected: cfg.target_sha256.clone(),
+            target: target.display().to_string(),
+            actual,
+        });
+    }
+    Ok(cfg)
+}
+
+/// Load the layer in `dir` for the GGUF at `target`.
+pub fn load(dir: &Path, target: &Path) -> Result<EagleBundle, MedusaError> {
+    let cfg = read_config(dir, target)?;
+    let path = dir.join("eagle.safetensors");
+    let (lm_head, model) = target_lm_head(target, &DraftVocab::first(DRAFT_VOCAB))?;
+    if (model.hidden, model.vocab_size) != (cfg.hidden_size, cfg.vocab_size) {
+        return Err(config_error(
+            &dir.join("eagle.json"),
+            format!(
+                "hidden {} / vocab {} do not match the model's {} / {}",
+                cfg.hidden_size, cfg.vocab_size, model.hidden, model.vocab_size
+            ),
+        ));
+    }
+    let tensors =
+        candle_core::safetensors::load(&path, &Device::Cpu).map_err(|e| config_error(&path, e))?;
+    let weights = EagleWeights::from_named(cfg.shape(), |name| {
+        tensors
+            .get(name)
+            .and_then(|t| t.to_dtype(DType::F32).ok())
+            .and_then(|t| t.flatten_all().ok())
+            .and_then(|t| t.to_vec1::<f32>().ok())
+    })
+    .map_err(|why| config_error(&path, why))?;
+    Ok(EagleBundle {
+        config: cfg,
+        head: Arc::new(EagleHead::new(weights)),
+        lm_head,
+    })
+}
+
+/// Write the layer (F16: half the bytes, far below its own error) and its config to `dir`.
+pub fn save(dir: &Path, weights: &EagleWeights, cfg: &EagleConfig) -> Result<(), MedusaError> {
+    if cfg.shape() != weights.shape {
+        return Err(MedusaError::Tensors(
+            "the config's shape is not the weights'".into(),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| MedusaError::Io(e.to_string()))?;
+    let mut map = HashMap::new();
+    for ((name, [r, c]), t) in weights.shape.tensors().into_iter().zip(&weights.tensors) {
+        let shape: Vec<usize> = if c == 1 { vec![r] } else { vec![r, c] };
+        let t = Tensor::from_slice(t, shape, &Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F16))
+            .map_err(|e| MedusaError::Tensors(e.to_string()))?;
+        map.insert(name.to_string(), t);
+    }
+    candle_core::safetensors::save(&map, dir.join("eagle.safetensors"))
+        .map_err(|e| MedusaError::Tensors(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(cfg).map_err(|e| MedusaError::Tensors(e.to_string()))?;
+    std::fs::write(dir.join("eagle.json"), json + "\n").map_err(|e| MedusaError::Io(e.to_string()))
+}
+
+/// Where the shipped layer for a model file lives: `strategies/data/eagle/<file stem>/`
+/// under the working directory, else under the source tree this binary was built from.
+pub fn default_dir(model: &Path) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    let rel = Path::new("strategies/data/eagle").join(stem);
+    if rel.exists() {
+        return rel;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}

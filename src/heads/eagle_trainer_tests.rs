@@ -1,0 +1,104 @@
+//! Training and drafting must compute the same layer: a mismatch (a RoPE pairing, a norm, a
+//! mask) would not fail anything else, it would only make every draft worse.
+
+use candle_core::{Device, Tensor};
+use specgate_strategies::eagle::{EagleHead, EagleShape, EagleWeights, KvRows, LayerRow};
+
+use super::EagleTrainee;
+
+const D: usize = 64;
+
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) as f32 / (1u64 << 31) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn weights() -> EagleWeights {
+    let s = EagleShape {
+        hidden: D,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        ffn: 96,
+        rope_base: 10_000.0,
+        rms_eps: 1e-5,
+    };
+    let mut seed = 0;
+    EagleWeights::from_named(s, |name| {
+        seed += 1;
+        let (_, [r, c]) = s.tensors().into_iter().find(|(n, _)| *n == name)?;
+        Some(if c == 1 {
+            values(r, seed, 0.5).iter().map(|v| 1.0 + v).collect()
+        } else {
+            values(r * c, seed, 0.3)
+        })
+    })
+    .expect("a whole shape")
+}
+
+fn close(a: &[f32], b: &[f32], what: &str) {
+    // Drafting reads Q8_0 weights and activations: a few percent of each value at most.
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let cos = dot / (na * nb);
+    assert!(cos > 0.999, "{what}: cosine {cos}");
+}
+
+#[test]
+fn both_training_steps_compute_what_drafting_computes() {
+    let w = weights();
+    let trainee = EagleTrainee::from_weights(&w).expect("weights");
+    let head = EagleHead::new(w);
+    let n = 6;
+    let (h, e) = (values(n * D, 7, 1.0), values(n * D, 8, 1.0));
+    let (f1, f2) = trainee
+        .features(
+            &Tensor::from_slice(&h, (n, D), &Device::Cpu).unwrap(),
+            &Tensor::from_slice(&e, (n, D), &Device::Cpu).unwrap(),
+        )
+        .expect("features");
+    let f1: Vec<f32> = f1.flatten_all().unwrap().to_vec1().unwrap();
+    let f2: Vec<f32> = f2.flatten_all().unwrap().to_vec1().unwrap();
+    // Step 1 is the drafter reading the true rows (causal, all at once).
+    let rows: Vec<LayerRow<'_>> = (0..n)
+        .map(|p| LayerRow {
+            h: &h[p * D..(p + 1) * D],
+            e: Some(&e[p * D..(p + 1) * D]),
+            pos: p,
+            sees: &[],
+        })
+        .collect();
+    let empty = KvRows::default();
+    let out = head.forward(&rows, &empty, &empty, true);
+    for p in 0..n {
+        close(
+            &out.f[p * D..(p + 1) * D],
+            &f1[p * D..(p + 1) * D],
+            &format!("step 1 @{p}"),
+        );
+    }
+    // Step 2 at position j is the drafter's next step after reading rows 0..j: its own
+    // output at j − 1 as the feature, over the cache of the true rows before j.
+    for j in 1..n {
+        let cache = KvRows {
+            k: out.kv.k[..j * head.shape.kv_dim()].to_vec(),
+            v: out.kv.v[..j * head.shape.kv_dim()].to_vec(),
+        };
+        let row = LayerRow {
+            h: &out.f[(j - 1) * D..j * D],
+            e: Some(&e[j * D..(j + 1) * D]),
+            pos: j,
+            sees: &[],
+        };
+        let next = head.forward(&[row], &cache, &empty, false);
+        close(&next.f, &f2[(j - 1) * D..j * D], &format!("step 2 @{j}"));
+    }
+}
