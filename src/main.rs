@@ -125,6 +125,9 @@ struct GenerateArgs {
     /// Medusa heads' directory for --strategy medusa (default: the shipped heads).
     #[arg(long)]
     medusa_heads: Option<PathBuf>,
+    /// The EAGLE layer's directory for --strategy eagle (default: the shipped layer).
+    #[arg(long)]
+    eagle_layer: Option<PathBuf>,
     /// Answer corpus for the suffix strategies (default: the shipped one for the model).
     #[arg(long)]
     corpus: Option<PathBuf>,
@@ -205,7 +208,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         .load(&path, &lm.tokenizer, SUFFIX_MAX_DEPTH)?,
         seed: args.seed,
         medusa_heads: args.medusa_heads.clone(),
-        eagle_layer: None,
+        eagle_layer: args.eagle_layer.clone(),
     };
     let mut drafter = args.strategy.build(&cfg, &lm.tokenizer)?;
     let json = args.json;

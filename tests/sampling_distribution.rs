@@ -53,3 +53,33 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
     );
     common::distribution::assert_fits(&counts, &exact);
 }
+
+#[test]
+fn eagle_speculative_sampling_follows_the_targets_distribution() {
+    let mut lm = common::model();
+    let lm = &mut *lm;
+    let prompt = lm
+        .tokenizer
+        .encode("Once upon a time, in a small village by the sea,")
+        .unwrap();
+    let exact = common::distribution::exact(lm, &sampling(), &prompt, TOKENS);
+    let cfg = common::lean_drafter_config(common::model_path(), 13);
+    let mut drafter = StrategyKind::Eagle.build(&cfg, &lm.tokenizer).unwrap();
+    let Samples {
+        counts,
+        drafted,
+        accepted,
+    } = common::distribution::sample(
+        lm,
+        drafter.as_mut(),
+        &prompt,
+        &sampling(),
+        (TOKENS, 2, SAMPLES),
+    );
+    // Sampled requests get chains with q: accepted and rejected drafts both shaped the output.
+    assert!(
+        accepted > SAMPLES / 20 && drafted - accepted > SAMPLES / 20,
+        "drafted {drafted}, accepted {accepted}"
+    );
+    common::distribution::assert_fits(&counts, &exact);
+}

@@ -29,6 +29,10 @@ pub struct CalibratePolicyArgs {
     draft_model: Option<PathBuf>,
     #[arg(long)]
     medusa_heads: Option<PathBuf>,
+    /// Measure only these strategies (default: every one the model can draft with), e.g. a
+    /// strategy added after the priors were written.
+    #[arg(long, value_delimiter = ',')]
+    strategies: Vec<specgate::drafting::registry::StrategyKind>,
     #[arg(long)]
     corpus: Option<PathBuf>,
     #[arg(long)]
@@ -38,12 +42,16 @@ pub struct CalibratePolicyArgs {
 }
 
 pub fn run(model: PathBuf, args: CalibratePolicyArgs) -> Result<()> {
-    let strategies = crate::cli::bench::buildable(
-        &model,
-        args.draft_model.is_some(),
-        args.medusa_heads.as_deref(),
-        None,
-    );
+    let strategies = if args.strategies.is_empty() {
+        crate::cli::bench::buildable(
+            &model,
+            args.draft_model.is_some(),
+            args.medusa_heads.as_deref(),
+            None,
+        )
+    } else {
+        args.strategies
+    };
     let out = args
         .out
         .unwrap_or_else(|| specgate::gateway::priors::beside_model(&model));

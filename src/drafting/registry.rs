@@ -24,6 +24,8 @@ pub enum StrategyError {
     DraftModel(#[from] DraftModelError),
     #[error("medusa heads: {0}")]
     Medusa(#[from] crate::heads::bundle::MedusaError),
+    #[error("EAGLE layer: {0}")]
+    Eagle(#[from] crate::heads::eagle_bundle::EagleError),
     #[error("strategy {0} cannot draft here: {needs} not loaded", needs = registration(*.0).needs.what())]
     NotLoaded(StrategyKind),
 }

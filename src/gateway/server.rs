@@ -40,6 +40,8 @@ pub enum ServeError {
     DraftModel(#[from] DraftModelError),
     #[error("loading Medusa heads: {0}")]
     Medusa(#[from] crate::heads::bundle::MedusaError),
+    #[error("loading the EAGLE layer: {0}")]
+    Eagle(#[from] crate::heads::eagle_bundle::EagleError),
     #[error(transparent)]
     Corpus(#[from] crate::drafting::answer_corpus::CorpusError),
     #[error(transparent)]

@@ -22,6 +22,28 @@ use crate::heads::draft_vocab::DraftVocab;
 
 pub const FORMAT: &str = "specgate-eagle/1";
 
+#[derive(Debug, thiserror::Error)]
+pub enum EagleError {
+    #[error("{0}")]
+    Io(String),
+    #[error("EAGLE layer {path}: {why}")]
+    Config { path: PathBuf, why: String },
+    #[error(
+        "this EAGLE layer was trained for {trained_for} (sha256 {expected}), not for {target} \
+         (sha256 {actual}); train one for this model with `specgate train-eagle`"
+    )]
+    WrongModel {
+        trained_for: String,
+        expected: String,
+        target: String,
+        actual: String,
+    },
+    #[error("EAGLE layer tensors: {0}")]
+    Tensors(String),
+    #[error("target model: {0}")]
+    Target(#[from] MedusaError),
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct EagleConfig {
@@ -62,15 +84,15 @@ pub struct EagleBundle {
     pub lm_head: Arc<dyn LmHead>,
 }
 
-fn config_error(path: &Path, why: impl ToString) -> MedusaError {
-    MedusaError::Config {
+fn config_error(path: &Path, why: impl ToString) -> EagleError {
+    EagleError::Config {
         path: path.to_path_buf(),
         why: why.to_string(),
     }
 }
 
 /// Read `dir/eagle.json`, refusing a layer made for another model than `target`.
-pub fn read_config(dir: &Path, target: &Path) -> Result<EagleConfig, MedusaError> {
+pub fn read_config(dir: &Path, target: &Path) -> Result<EagleConfig, EagleError> {
     let path = dir.join("eagle.json");
     let text = std::fs::read_to_string(&path).map_err(|e| config_error(&path, e))?;
     let cfg: EagleConfig = serde_json::from_str(&text).map_err(|e| config_error(&path, e))?;
@@ -82,7 +104,7 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<EagleConfig, MedusaError
     }
     let actual = sha256_of(target)?;
     if !actual.eq_ignore_ascii_case(&cfg.target_sha256) {
-        return Err(MedusaError::WrongModel {
+        return Err(EagleError::WrongModel {
             trained_for: cfg.target.clone(),
             expected: cfg.target_sha256.clone(),
             target: target.display().to_string(),
@@ -93,7 +115,7 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<EagleConfig, MedusaError
 }
 
 /// Load the layer in `dir` for the GGUF at `target`.
-pub fn load(dir: &Path, target: &Path) -> Result<EagleBundle, MedusaError> {
+pub fn load(dir: &Path, target: &Path) -> Result<EagleBundle, EagleError> {
     let cfg = read_config(dir, target)?;
     let path = dir.join("eagle.safetensors");
     let (lm_head, model) = target_lm_head(target, &DraftVocab::first(DRAFT_VOCAB))?;
@@ -124,26 +146,25 @@ pub fn load(dir: &Path, target: &Path) -> Result<EagleBundle, MedusaError> {
 }
 
 /// Write the layer (F16: half the bytes, far below its own error) and its config to `dir`.
-pub fn save(dir: &Path, weights: &EagleWeights, cfg: &EagleConfig) -> Result<(), MedusaError> {
+pub fn save(dir: &Path, weights: &EagleWeights, cfg: &EagleConfig) -> Result<(), EagleError> {
     if cfg.shape() != weights.shape {
-        return Err(MedusaError::Tensors(
+        return Err(EagleError::Tensors(
             "the config's shape is not the weights'".into(),
         ));
     }
-    std::fs::create_dir_all(dir).map_err(|e| MedusaError::Io(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(|e| EagleError::Io(e.to_string()))?;
     let mut map = HashMap::new();
     for ((name, [r, c]), t) in weights.shape.tensors().into_iter().zip(&weights.tensors) {
         let shape: Vec<usize> = if c == 1 { vec![r] } else { vec![r, c] };
         let t = Tensor::from_slice(t, shape, &Device::Cpu)
             .and_then(|t| t.to_dtype(DType::F16))
-            .map_err(|e| MedusaError::Tensors(e.to_string()))?;
+            .map_err(|e| EagleError::Tensors(e.to_string()))?;
         map.insert(name.to_string(), t);
     }
     candle_core::safetensors::save(&map, dir.join("eagle.safetensors"))
-        .map_err(|e| MedusaError::Tensors(e.to_string()))?;
-    let json =
-        serde_json::to_string_pretty(cfg).map_err(|e| MedusaError::Tensors(e.to_string()))?;
-    std::fs::write(dir.join("eagle.json"), json + "\n").map_err(|e| MedusaError::Io(e.to_string()))
+        .map_err(|e| EagleError::Tensors(e.to_string()))?;
+    let json = serde_json::to_string_pretty(cfg).map_err(|e| EagleError::Tensors(e.to_string()))?;
+    std::fs::write(dir.join("eagle.json"), json + "\n").map_err(|e| EagleError::Io(e.to_string()))
 }
 
 /// Where the shipped layer for a model file lives: `strategies/data/eagle/<file stem>/`

@@ -41,6 +41,9 @@ pub struct EagleDrafter {
     base: usize,
     /// The layer's output at the last position read: its guess at the next hidden state.
     last: Option<Vec<f32>>,
+    /// The sequence's length and last token when `last` was made: a drafter reused for
+    /// another sequence must not draft from the previous one's state.
+    made_at: (usize, Option<TokenId>),
 }
 
 /// A tree node's extras beside its pool entry: the feature it reads and its scratch entry.
@@ -61,6 +64,7 @@ impl EagleDrafter {
             fed: 0,
             base: 0,
             last: None,
+            made_at: (0, None),
         }
     }
 
@@ -89,10 +93,13 @@ impl EagleDrafter {
         }
         let generated = ctx.tokens.len().saturating_sub(ctx.prompt_len);
         let from = generated.saturating_sub(fresh.len() / d);
-        if self.fed == generated && self.last.is_some() {
+        let here = (ctx.tokens.len(), ctx.tokens.last().copied());
+        if self.fed == generated && self.last.is_some() && self.made_at == here {
             return Ok(true);
         }
-        if self.fed < from || self.fed > generated || generated - self.base > EAGLE_WINDOW {
+        let stale = self.fed == generated && self.made_at != here;
+        if stale || self.fed < from || self.fed > generated || generated - self.base > EAGLE_WINDOW
+        {
             self.cache = KvRows::default();
             self.base = from;
             self.fed = from;
@@ -122,6 +129,7 @@ impl EagleDrafter {
         debug_assert_eq!(self.cache.len(kd), generated - self.base);
         self.last = out.f.chunks_exact(d).last().map(<[f32]>::to_vec);
         self.fed = generated;
+        self.made_at = here;
         Ok(self.last.is_some())
     }
 
@@ -334,6 +342,11 @@ impl Drafter for EagleDrafter {
             });
         }
         self.chain(ctx, k, floor)
+    }
+
+    fn finish(&mut self) {
+        self.cache = KvRows::default();
+        (self.fed, self.base, self.last, self.made_at) = (0, 0, None, (0, None));
     }
 
     fn kv_bytes_per_token(&self) -> usize {
