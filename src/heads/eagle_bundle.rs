@@ -60,6 +60,13 @@ pub struct EagleConfig {
     pub target_sha256: String,
     /// The target layer the draft layer was initialised from (a record, not read).
     pub init_layer: usize,
+    /// Softmax temperatures calibrating the first draft's and the later drafts'
+    /// probabilities (`train-eagle` fits them on held-out data); absent: 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub temperatures: Vec<f32>,
+    /// The share of held-out labels inside the draft vocabulary; absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f32>,
 }
 
 impl EagleConfig {
@@ -117,7 +124,6 @@ pub fn read_config(dir: &Path, target: &Path) -> Result<EagleConfig, EagleError>
 /// Load the layer in `dir` for the GGUF at `target`.
 pub fn load(dir: &Path, target: &Path) -> Result<EagleBundle, EagleError> {
     let cfg = read_config(dir, target)?;
-    let path = dir.join("eagle.safetensors");
     let (lm_head, model) = target_lm_head(target, &DraftVocab::first(DRAFT_VOCAB))?;
     if (model.hidden, model.vocab_size) != (cfg.hidden_size, cfg.vocab_size) {
         return Err(config_error(
@@ -128,21 +134,38 @@ pub fn load(dir: &Path, target: &Path) -> Result<EagleBundle, EagleError> {
             ),
         ));
     }
+    let weights = load_weights(dir, &cfg)?;
+    let calibrated = cfg.temperatures.iter().all(|t| t.is_finite() && *t > 0.0)
+        && cfg.coverage.is_none_or(|c| (0.0..=1.0).contains(&c));
+    if !calibrated {
+        return Err(config_error(
+            &dir.join("eagle.json"),
+            "temperatures must be positive and coverage within [0, 1]",
+        ));
+    }
+    let mut head = EagleHead::new(weights);
+    head.temperatures = cfg.temperatures.clone();
+    head.coverage = cfg.coverage.unwrap_or(1.0);
+    Ok(EagleBundle {
+        config: cfg,
+        head: Arc::new(head),
+        lm_head,
+    })
+}
+
+/// The layer's weights in `dir`, of the shape `cfg` gives.
+pub fn load_weights(dir: &Path, cfg: &EagleConfig) -> Result<EagleWeights, EagleError> {
+    let path = dir.join("eagle.safetensors");
     let tensors =
         candle_core::safetensors::load(&path, &Device::Cpu).map_err(|e| config_error(&path, e))?;
-    let weights = EagleWeights::from_named(cfg.shape(), |name| {
+    EagleWeights::from_named(cfg.shape(), |name| {
         tensors
             .get(name)
             .and_then(|t| t.to_dtype(DType::F32).ok())
             .and_then(|t| t.flatten_all().ok())
             .and_then(|t| t.to_vec1::<f32>().ok())
     })
-    .map_err(|why| config_error(&path, why))?;
-    Ok(EagleBundle {
-        config: cfg,
-        head: Arc::new(EagleHead::new(weights)),
-        lm_head,
-    })
+    .map_err(|why| config_error(&path, why))
 }
 
 /// Write the layer (F16: half the bytes, far below its own error) and its config to `dir`.
@@ -163,6 +186,11 @@ pub fn save(dir: &Path, weights: &EagleWeights, cfg: &EagleConfig) -> Result<(),
     }
     candle_core::safetensors::save(&map, dir.join("eagle.safetensors"))
         .map_err(|e| EagleError::Tensors(e.to_string()))?;
+    write_config(dir, cfg)
+}
+
+/// Write `dir/eagle.json` (a calibration changes only it).
+pub fn write_config(dir: &Path, cfg: &EagleConfig) -> Result<(), EagleError> {
     let json = serde_json::to_string_pretty(cfg).map_err(|e| EagleError::Tensors(e.to_string()))?;
     std::fs::write(dir.join("eagle.json"), json + "\n").map_err(|e| EagleError::Io(e.to_string()))
 }

@@ -98,7 +98,10 @@ impl EagleTrainee {
         for (name, [rows, cols]) in shape.tensors() {
             let t = match name {
                 "fc" => fc.clone(),
-                "norm_h" | "norm_e" | "out_norm" | "attn_norm" | "ffn_norm" => ones.clone(),
+                "norm_h" | "norm_e" | "out_norm" => ones.clone(),
+                // The layer's own norms: its Q/K/V and gate/up read activations so scaled.
+                "attn_norm" => deq("attn_norm")?,
+                "ffn_norm" => deq("ffn_norm")?,
                 "q" => deq("attn_q")?,
                 "k" => deq("attn_k")?,
                 "v" => deq("attn_v")?,

@@ -139,3 +139,32 @@ fn accuracy_of(
     let t = total.max(1) as f64;
     Ok((acc.0 / t, acc.1 / t, acc.2 / t))
 }
+
+/// Calibration fitted on held-out sequences (up to `positions` of them): the temperature of
+/// the first draft's logits (step 1) and of the later drafts' (step 2), each minimising the
+/// negative log-likelihood of the labels inside the draft vocabulary, and the share of labels
+/// that are inside it.
+pub fn calibrate(
+    t: &EagleTrainee,
+    held: &[SeqInputs],
+    frozen: &FrozenHead,
+    positions: usize,
+) -> Result<(Vec<f32>, f32), TrainError> {
+    let vocab = frozen.draft_vocab();
+    let (mut rows, mut labels) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    for x in held {
+        if labels[0].len() >= positions {
+            break;
+        }
+        let (l1, l2) = t.logits(x, frozen)?;
+        rows[0].extend(l1.flatten_all()?.to_vec1::<f32>()?);
+        labels[0].extend_from_slice(x.labels());
+        rows[1].extend(l2.flatten_all()?.to_vec1::<f32>()?);
+        labels[1].extend_from_slice(&x.labels()[1..]);
+    }
+    let temperatures = (0..2)
+        .map(|i| crate::heads::calibration::fit_temperature(&rows[i], vocab, &labels[i]))
+        .collect();
+    let coverage = crate::heads::calibration::coverage(&labels[0], vocab);
+    Ok((temperatures, coverage))
+}

@@ -13,7 +13,6 @@ use rand::SeedableRng;
 use super::layer::{EagleHead, KvRows, LayerRow};
 use crate::medusa::LmHead;
 use crate::sampling::{argmax, sample_from};
-use crate::top_n::top_n;
 use crate::tree::{kth_joint, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
 
@@ -193,7 +192,11 @@ impl EagleDrafter {
         for i in 0..k {
             let row = self.logits(&feature)?;
             if floor > 0.0 {
-                joint *= top_n(&row, 1).first().map_or(0.0, |&(_, p)| p);
+                joint *= self
+                    .head
+                    .chances(i + 1, &row, 1)
+                    .first()
+                    .map_or(0.0, |&(_, p)| p);
                 if joint < floor {
                     break;
                 }
@@ -294,7 +297,7 @@ impl EagleDrafter {
     ) -> Result<(), DraftError> {
         let joint = parent.map_or(1.0, |i| pool[i].joint);
         let depth = parent.map_or(0, |i| pool[i].depth);
-        for (c, p) in top_n(row, EAGLE_TOP_N) {
+        for (c, p) in self.head.chances(depth + 1, row, EAGLE_TOP_N) {
             level.push(pool.len());
             pool.push(PoolNode {
                 token: self.token_at(c as usize)?,

@@ -45,6 +45,13 @@ pub struct LayerOut {
 #[derive(Debug, Clone)]
 pub struct EagleHead {
     pub shape: EagleShape,
+    /// Softmax temperatures that calibrate the drafts' probabilities: the first draft's,
+    /// then every later one's (fitted on held-out data; empty: 1). Trees rank nodes by the
+    /// product of these chances; argmaxes, and so chains, do not change.
+    pub temperatures: Vec<f32>,
+    /// The share of held-out labels inside the draft vocabulary: a calibrated probability is
+    /// a chance given that the token can be drafted at all.
+    pub coverage: f32,
     mats: Vec<Matrix>,    // fc, q, k, v, o, gate, up, down
     norms: Vec<Vec<f32>>, // norm_h, norm_e, attn_norm, ffn_norm, out_norm
 }
@@ -96,9 +103,24 @@ impl EagleHead {
         let norms = NORMS.iter().map(|n| w.get(n).to_vec()).collect();
         Self {
             shape: w.shape,
+            temperatures: Vec::new(),
+            coverage: 1.0,
             mats,
             norms,
         }
+    }
+
+    /// The `n` likeliest columns of `row` (a draft at `depth`, 1 for the first) with their
+    /// calibrated chances.
+    pub fn chances(&self, depth: usize, row: &[f32], n: usize) -> Vec<(u32, f32)> {
+        let i = depth
+            .saturating_sub(1)
+            .min(self.temperatures.len().saturating_sub(1));
+        let t = self.temperatures.get(i).copied().unwrap_or(1.0);
+        crate::top_n::top_n_at(row, n, t)
+            .into_iter()
+            .map(|(c, p)| (c, p * self.coverage))
+            .collect()
     }
 
     fn mat(&self, name: &str) -> &Matrix {
