@@ -84,7 +84,7 @@ impl EagleDrafter {
         let d = self.head.shape.hidden;
         let kd = self.head.shape.kv_dim();
         let fresh = ctx.fresh_hidden;
-        if fresh.len() % d != 0 {
+        if !fresh.len().is_multiple_of(d) {
             return Err(DraftError(format!(
                 "hidden rows of {} values; the layer reads {d}",
                 fresh.len()
