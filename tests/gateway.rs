@@ -66,13 +66,18 @@ fn chat_and_completions_equal_generate_streamed_or_not_whatever_the_strategy() {
         let prompt = first_prompt(set);
         let (want, tokens) = expected(true, &prompt, MAX_TOKENS);
         // The default plan for the class, then each strategy forced.
-        let overrides = [
+        let mut overrides = vec![
             json!({}),
             json!({"speculation": {"enabled": false}}),
             json!({"speculation": {"strategy": "ngram", "k": 4}}),
             json!({"speculation": {"strategy": "suffix", "k": 8}}),
             json!({"speculation": {"strategy": "early-exit", "k": 2}}),
         ];
+        if set == "creative" {
+            // The EAGLE layer reads every committed row's hidden state from the engine's
+            // batches (creative routes offer it).
+            overrides.push(json!({"speculation": {"strategy": "eagle", "k": 8}}));
+        }
         for extra in overrides {
             let (status, v) = s.post(
                 "/v1/chat/completions",
@@ -88,6 +93,11 @@ fn chat_and_completions_equal_generate_streamed_or_not_whatever_the_strategy() {
             assert_eq!(v["object"], "chat.completion");
             assert_eq!(v["usage"]["completion_tokens"], tokens);
             assert!(v["usage"]["speculative"]["target_passes"].as_u64().unwrap() >= 1);
+            if extra["speculation"]["strategy"] == "eagle" {
+                let spec = &v["usage"]["speculative"];
+                assert_eq!(spec["strategy"], "eagle", "{spec}");
+                assert!(spec["accepted"].as_u64().unwrap() > 0, "{spec}");
+            }
         }
         let streamed = s.stream(
             "/v1/chat/completions",
