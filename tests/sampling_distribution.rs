@@ -1,6 +1,6 @@
 //! Speculative sampling on the real model follows the target's own distribution. The first
 //! three tokens sampled after a prompt (temperature 1, top-k 3: at most 27 outcomes) are drawn
-//! thousands of times with Medusa drafting — its q covers only the heads' draft vocabulary and
+//! thousands of times with Medusa (and EAGLE) drafting — its q covers only the heads' draft vocabulary and
 //! is zero elsewhere, and its drafts are often rejected, so the residual max(0, p − q) is
 //! exercised — and compared with the exact joint distribution computed from the model's
 //! logits by a chi-square goodness-of-fit test. (strategies/tests/distribution.rs shows on
@@ -24,8 +24,9 @@ fn sampling() -> SamplingParams {
     }
 }
 
-#[test]
-fn medusa_speculative_sampling_follows_the_targets_distribution() {
+/// Sample with `kind` drafting (seeded), then check the drafts were judged both ways and the
+/// output fits the exact distribution.
+fn sampling_with_follows_the_targets_distribution(kind: StrategyKind, seed: u64) {
     let mut lm = common::model();
     let lm = &mut *lm;
     let prompt = lm
@@ -33,8 +34,8 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
         .encode("Once upon a time, in a small village by the sea,")
         .unwrap();
     let exact = common::distribution::exact(lm, &sampling(), &prompt, TOKENS);
-    let cfg = common::lean_drafter_config(common::model_path(), 11);
-    let mut drafter = StrategyKind::Medusa.build(&cfg, &lm.tokenizer).unwrap();
+    let cfg = common::lean_drafter_config(common::model_path(), seed);
+    let mut drafter = kind.build(&cfg, &lm.tokenizer).unwrap();
     let Samples {
         counts,
         drafted,
@@ -49,37 +50,18 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
     // The drafts were judged both ways, so acceptance and the residual both shaped the output.
     assert!(
         accepted > SAMPLES / 20 && drafted - accepted > SAMPLES / 20,
-        "drafted {drafted}, accepted {accepted}"
+        "{kind}: drafted {drafted}, accepted {accepted}"
     );
     common::distribution::assert_fits(&counts, &exact);
 }
 
 #[test]
+fn medusa_speculative_sampling_follows_the_targets_distribution() {
+    sampling_with_follows_the_targets_distribution(StrategyKind::Medusa, 11);
+}
+
+/// Sampled requests get the EAGLE layer's chains with its q.
+#[test]
 fn eagle_speculative_sampling_follows_the_targets_distribution() {
-    let mut lm = common::model();
-    let lm = &mut *lm;
-    let prompt = lm
-        .tokenizer
-        .encode("Once upon a time, in a small village by the sea,")
-        .unwrap();
-    let exact = common::distribution::exact(lm, &sampling(), &prompt, TOKENS);
-    let cfg = common::lean_drafter_config(common::model_path(), 13);
-    let mut drafter = StrategyKind::Eagle.build(&cfg, &lm.tokenizer).unwrap();
-    let Samples {
-        counts,
-        drafted,
-        accepted,
-    } = common::distribution::sample(
-        lm,
-        drafter.as_mut(),
-        &prompt,
-        &sampling(),
-        (TOKENS, 2, SAMPLES),
-    );
-    // Sampled requests get chains with q: accepted and rejected drafts both shaped the output.
-    assert!(
-        accepted > SAMPLES / 20 && drafted - accepted > SAMPLES / 20,
-        "drafted {drafted}, accepted {accepted}"
-    );
-    common::distribution::assert_fits(&counts, &exact);
+    sampling_with_follows_the_targets_distribution(StrategyKind::Eagle, 13);
 }

@@ -52,6 +52,20 @@ fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, TrainError> {
     Ok(Tensor::stack(&[ra, rb], 3)?.reshape((h, n, hd))?)
 }
 
+/// [rows, cols]: 0 where column c may be seen from row r (c ≤ r), −∞ elsewhere.
+fn causal_mask(rows: usize, cols: usize) -> Result<Tensor, TrainError> {
+    let mask: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            if i % cols > i / cols {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Ok(Tensor::from_vec(mask, (rows, cols), &Device::Cpu)?)
+}
+
 /// cos/sin tables [n, head_dim / 2] for positions from..from + n.
 fn rope_tables(shape: &EagleShape, from: usize, n: usize) -> Result<(Tensor, Tensor), TrainError> {
     let (mut c, mut s) = (Vec::new(), Vec::new());
@@ -230,17 +244,7 @@ impl EagleTrainee {
         let scores = q
             .matmul(&k.transpose(1, 2)?.contiguous()?)?
             .reshape((s.kv_heads, rep, n, n))?;
-        let mask: Vec<f32> = (0..n * n)
-            .map(|i| {
-                if i % n > i / n {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (n, n), &Device::Cpu)?;
-        let p = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+        let p = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&causal_mask(n, n)?)?)?;
         let att = p
             .reshape((s.kv_heads, rep * n, n))?
             .matmul(&v)?
@@ -266,17 +270,7 @@ impl EagleTrainee {
         let scores = q
             .matmul(&one.k.transpose(1, 2)?.contiguous()?)?
             .reshape((s.kv_heads, rep, m, n))?;
-        let mask: Vec<f32> = (0..m * n)
-            .map(|i| {
-                if i % n > i / n {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (m, n), &Device::Cpu)?;
-        let scores = scores.broadcast_add(&mask)?;
+        let scores = scores.broadcast_add(&causal_mask(m, n)?)?;
         let own = (q
             .reshape((s.kv_heads, rep, m, s.head_dim))?
             .broadcast_mul(&k2.unsqueeze(1)?)?)

@@ -6,6 +6,7 @@ pub mod corpus;
 pub mod draft;
 pub mod eagle;
 pub mod fallback;
+mod head_lm;
 pub mod head_matrix;
 pub mod heads;
 pub mod kind;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use crate::head_lm;
 pub use crate::heads::MedusaHeads;
-use crate::sampling::{argmax, sample_from};
 use crate::tree::{build_tree, kth_joint, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
 
@@ -144,22 +144,12 @@ impl Drafter for MedusaDrafter {
 }
 
 impl MedusaDrafter {
-    /// The LM head's logits for `rows` states: [rows, vocab].
     fn logits(&self, states: &[f32], rows: usize) -> Result<Vec<f32>, DraftError> {
-        let logits = self.lm_head.logits(states)?;
-        if logits.len() != rows * self.lm_head.vocab() {
-            return Err(DraftError("the LM head returned the wrong shape".into()));
-        }
-        Ok(logits)
+        head_lm::logits(&*self.lm_head, states, rows)
     }
 
-    /// The token id of logit column `index`; a column the LM head cannot name, or an id past
-    /// the target's vocabulary, is a drafter fault.
     fn token_at(&self, index: usize) -> Result<TokenId, DraftError> {
-        self.lm_head
-            .token_id(index)
-            .filter(|&t| (t as usize) < self.lm_head.target_vocab().max(self.lm_head.vocab()))
-            .ok_or_else(|| DraftError(format!("draft column {index} names no token")))
+        head_lm::token_at(&*self.lm_head, index)
     }
 
     /// The joint chance a drafted guess needs: what its verify row costs this round.
@@ -187,38 +177,19 @@ impl MedusaDrafter {
             .collect()
     }
 
-    /// Append the token a head's logits give: the argmax for greedy requests, else a sample
-    /// with its q (over the target's vocabulary: ids the heads cannot draft have q = 0).
+    /// Append the token a head's logits give (`head_lm::pick`).
     fn pick(
         &mut self,
         ctx: &DraftContext<'_>,
         row: &[f32],
         draft: &mut Draft,
     ) -> Result<(), DraftError> {
-        if ctx.sampling.is_greedy() {
-            draft.tokens.push(self.token_at(argmax(row) as usize)?);
-            return Ok(());
-        }
-        let probs = ctx.sampling.probs(row);
-        let column = sample_from(&probs, &mut self.rng) as usize;
-        let mut q = vec![0.0; self.lm_head.target_vocab().max(row.len())];
-        for (i, &p) in probs.iter().enumerate() {
-            q[self.token_at(i)? as usize] = p;
-        }
-        draft.tokens.push(self.token_at(column)?);
-        draft.q.get_or_insert_with(Vec::new).push(q);
-        Ok(())
+        head_lm::pick(&*self.lm_head, ctx, row, &mut self.rng, draft)
     }
 
     /// The embedding a chained head reads for `token` (None: a zero vector, as in training).
     fn row_of(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
-        let row = self.lm_head.token_row(token)?;
-        if row.as_ref().is_some_and(|r| r.len() != self.heads.hidden) {
-            return Err(DraftError(
-                "the LM head returned a row of the wrong width".into(),
-            ));
-        }
-        Ok(row)
+        head_lm::embedding(&*self.lm_head, token, self.heads.hidden)
     }
 
     /// Chained heads, one place at a time: head i reads the token head i − 1 drafted. A chain

@@ -1,4 +1,5 @@
 use super::*;
+use crate::sampling::argmax;
 use crate::SamplingParams;
 
 /// Vocabulary of 4; logits are the hidden state itself (hidden = 4).

@@ -11,8 +11,8 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::layer::{EagleHead, KvRows, LayerRow};
+use crate::head_lm;
 use crate::medusa::LmHead;
-use crate::sampling::{argmax, sample_from};
 use crate::tree::{kth_joint, select_tree, DraftTree, PoolNode};
 use crate::{Draft, DraftContext, DraftError, Drafter, TokenId};
 
@@ -134,30 +134,15 @@ impl EagleDrafter {
 
     /// A token's embedding as training saw it (None: a zero vector).
     fn embedding(&self, token: TokenId) -> Result<Option<Vec<f32>>, DraftError> {
-        let row = self.lm.token_row(token)?;
-        if row
-            .as_ref()
-            .is_some_and(|r| r.len() != self.head.shape.hidden)
-        {
-            return Err(DraftError("an embedding of the wrong width".into()));
-        }
-        Ok(row)
+        head_lm::embedding(&*self.lm, token, self.head.shape.hidden)
     }
 
     fn logits(&self, features: &[f32]) -> Result<Vec<f32>, DraftError> {
-        let rows = features.len() / self.head.shape.hidden;
-        let logits = self.lm.logits(features)?;
-        if logits.len() != rows * self.lm.vocab() {
-            return Err(DraftError("the LM head returned the wrong shape".into()));
-        }
-        Ok(logits)
+        head_lm::logits(&*self.lm, features, features.len() / self.head.shape.hidden)
     }
 
     fn token_at(&self, index: usize) -> Result<TokenId, DraftError> {
-        self.lm
-            .token_id(index)
-            .filter(|&t| (t as usize) < self.lm.target_vocab().max(self.lm.vocab()))
-            .ok_or_else(|| DraftError(format!("draft column {index} names no token")))
+        head_lm::token_at(&*self.lm, index)
     }
 
     /// The next position's key/value and output for a drafted token read after `input`.
@@ -201,19 +186,8 @@ impl EagleDrafter {
                     break;
                 }
             }
-            let token = if ctx.sampling.is_greedy() {
-                self.token_at(argmax(&row) as usize)?
-            } else {
-                let probs = ctx.sampling.probs(&row);
-                let column = sample_from(&probs, &mut self.rng) as usize;
-                let mut q = vec![0.0; self.lm.target_vocab().max(row.len())];
-                for (c, &p) in probs.iter().enumerate() {
-                    q[self.token_at(c)? as usize] = p;
-                }
-                draft.q.get_or_insert_with(Vec::new).push(q);
-                self.token_at(column)?
-            };
-            draft.tokens.push(token);
+            head_lm::pick(&*self.lm, ctx, &row, &mut self.rng, &mut draft)?;
+            let token = draft.tokens[i];
             if i + 1 < k {
                 let sees: Vec<usize> = (0..i).collect();
                 let (f, kv) = self.step(&feature, token, self.fed + i, &scratch, &sees)?;
