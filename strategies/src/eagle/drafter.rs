@@ -40,8 +40,8 @@ pub struct EagleDrafter {
     base: usize,
     /// The layer's output at the last position read: its guess at the next hidden state.
     last: Option<Vec<f32>>,
-    /// The sequence's length and last token when `last` was made: a drafter reused for
-    /// another sequence must not draft from the previous one's state.
+    /// The sequence's length and last token when `last` was made: a drafter handed another
+    /// sequence (reused without `finish`) must not draft from the previous one's state.
     made_at: (usize, Option<TokenId>),
 }
 
@@ -93,11 +93,16 @@ impl EagleDrafter {
         let generated = ctx.tokens.len().saturating_sub(ctx.prompt_len);
         let from = generated.saturating_sub(fresh.len() / d);
         let here = (ctx.tokens.len(), ctx.tokens.last().copied());
-        if self.fed == generated && self.last.is_some() && self.made_at == here {
-            return Ok(true);
+        if self.made_at == here && self.last.is_some() {
+            return Ok(true); // nothing committed since
         }
-        let stale = self.fed == generated && self.made_at != here;
-        if stale || self.fed < from || self.fed > generated || generated - self.base > EAGLE_WINDOW
+        // The sequence read last still holds its last token where it was: this is it, grown.
+        let (len, last) = self.made_at;
+        let continues = len > 0 && len <= here.0 && ctx.tokens.get(len - 1).copied() == last;
+        if !continues
+            || self.fed < from
+            || self.fed > generated
+            || generated - self.base > EAGLE_WINDOW
         {
             self.cache = KvRows::default();
             self.base = from;

@@ -208,3 +208,24 @@ fn a_gap_restarts_the_cache_and_rows_of_the_wrong_width_are_faults() {
         .expect("empty")
         .is_empty());
 }
+
+#[test]
+fn a_drafter_handed_another_sequence_forgets_the_first() {
+    let greedy = SamplingParams::greedy();
+    let first = tokens();
+    let n = first.len() - PROMPT;
+    let mut d = drafter(0);
+    d.propose(&ctx(&first[..PROMPT + 2], &rows(0, 2), &greedy), 2)
+        .expect("drafts");
+    // Another sequence of the same length so far, other tokens and rows: without `finish`
+    // in between, it must draft as a fresh drafter does.
+    let other: Vec<TokenId> = first.iter().map(|t| t + 20).collect();
+    let other_rows: Vec<f32> = rows(0, n).iter().map(|v| -v).collect();
+    let reused = d
+        .propose(&ctx(&other, &other_rows, &greedy), 3)
+        .expect("drafts");
+    let fresh = drafter(0)
+        .propose(&ctx(&other, &other_rows, &greedy), 3)
+        .expect("drafts");
+    assert_eq!(reused, fresh);
+}
