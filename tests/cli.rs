@@ -192,7 +192,7 @@ fn strategy_errors_are_clear() {
         "--prompt",
         "hi",
         "--strategy",
-        "eagle",
+        "hydra",
     ]);
     assert_eq!(code, 2);
     assert!(
