@@ -145,6 +145,9 @@ struct GenerateArgs {
     /// Layers the early-exit draft keeps (of the target's).
     #[arg(long, default_value_t = specgate::drafting::registry::DEFAULT_EXIT_LAYER)]
     exit_layer: usize,
+    /// The target's device: cpu, cuda, cuda:N or auto (a GPU when one is found).
+    #[arg(long, env = "SPECGATE_DEVICE", default_value = "cpu")]
+    device: specgate::model::DeviceChoice,
 }
 
 /// A verify row's price: a finite share of a plain pass, 0 or more.
@@ -171,7 +174,8 @@ pub(crate) fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
 
 fn run_generate(args: GenerateArgs) -> Result<()> {
     let path = resolve_model(args.model)?;
-    let mut lm = LoadedModel::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut lm = LoadedModel::load_on(&path, args.device)
+        .with_context(|| format!("loading {}", path.display()))?;
     let text = if args.chat {
         lm.chat_prompt(&[ChatMessage::new("user", &args.prompt)])?
     } else {

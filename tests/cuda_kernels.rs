@@ -21,7 +21,7 @@ fn check_kernels_compiles_every_source_or_says_why_it_cannot() {
         return;
     }
     assert_eq!(code, 0, "{stdout}{stderr}");
-    for src in specgate::model::cuda_kernels::SOURCES {
+    for src in specgate::model::cuda::kernels::SOURCES {
         for arch in ["sm_80", "sm_90"] {
             assert!(
                 stdout.contains(&format!("ok {arch} {}:", src.name)),

@@ -1,9 +1,10 @@
 //! The target engine on the real model: batching, rollback, early exit and hidden states give
-//! the logits a plain one-token-at-a-time forward gives.
+//! the logits a plain one-token-at-a-time forward gives — on the CPU, and with one test body
+//! on a CUDA device where the machine has one (`skipped: no CUDA device` where it has not).
 
 mod common;
 
-use common::{max_abs_diff, model};
+use common::{max_abs_diff, model, on_every_device};
 use specgate::model::{BatchItem, ForwardOptions, LogitRows};
 use specgate_strategies::argmax;
 
@@ -20,38 +21,39 @@ fn prompt_ids(text: &str) -> Vec<u32> {
 #[test]
 fn appending_n_tokens_at_once_equals_one_at_a_time() {
     let ids = prompt_ids("The quick brown fox jumps over the lazy dog because it was bored.");
-    let mut lm = model();
-    let m = &mut lm.model;
-    let a = m.new_sequence();
-    let all = m.forward_one(a, &ids, LogitRows::All).unwrap();
-    let b = m.new_sequence();
-    let mut worst = 0.0f32;
-    for (i, &t) in ids.iter().enumerate() {
-        let one = m.forward_one(b, &[t], LogitRows::Last).unwrap();
-        assert_eq!(
-            argmax(one.row(0, 0)),
-            argmax(all.row(0, i)),
-            "argmax at position {i}"
+    on_every_device("appending_n_tokens_at_once_equals_one_at_a_time", |lm| {
+        let m = &mut lm.model;
+        let a = m.new_sequence();
+        let all = m.forward_one(a, &ids, LogitRows::All).unwrap();
+        let b = m.new_sequence();
+        let mut worst = 0.0f32;
+        for (i, &t) in ids.iter().enumerate() {
+            let one = m.forward_one(b, &[t], LogitRows::Last).unwrap();
+            assert_eq!(
+                argmax(one.row(0, 0)),
+                argmax(all.row(0, i)),
+                "argmax at position {i}"
+            );
+            worst = worst.max(max_abs_diff(one.row(0, 0), all.row(0, i)));
+        }
+        eprintln!(
+            "n-at-once vs one-at-a-time: max |Δlogit| = {worst:.2e} over {} rows",
+            ids.len()
         );
-        worst = worst.max(max_abs_diff(one.row(0, 0), all.row(0, i)));
-    }
-    eprintln!(
-        "n-at-once vs one-at-a-time: max |Δlogit| = {worst:.2e} over {} rows",
-        ids.len()
-    );
-    assert!(worst <= TOL, "max abs difference {worst}");
-    // Appending n > 1 after an existing cache (the verify shape) matches too.
-    let c = m.new_sequence();
-    m.forward_one(c, &ids[..5], LogitRows::None).unwrap();
-    let tail = m.forward_one(c, &ids[5..], LogitRows::All).unwrap();
-    for i in 5..ids.len() {
-        let d = max_abs_diff(tail.row(0, i - 5), all.row(0, i));
-        assert!(d <= TOL, "position {i} after a cache: {d}");
-    }
-    for s in [a, b, c] {
-        m.release(s);
-    }
-    assert_eq!(m.kv_bytes(), 0);
+        assert!(worst <= TOL, "max abs difference {worst}");
+        // Appending n > 1 after an existing cache (the verify shape) matches too.
+        let c = m.new_sequence();
+        m.forward_one(c, &ids[..5], LogitRows::None).unwrap();
+        let tail = m.forward_one(c, &ids[5..], LogitRows::All).unwrap();
+        for i in 5..ids.len() {
+            let d = max_abs_diff(tail.row(0, i - 5), all.row(0, i));
+            assert!(d <= TOL, "position {i} after a cache: {d}");
+        }
+        for s in [a, b, c] {
+            m.release(s);
+        }
+        assert_eq!(m.kv_bytes(), 0);
+    });
 }
 
 #[test]
@@ -62,174 +64,181 @@ fn each_sequence_of_a_ragged_batch_gets_its_own_logits() {
         "Paris is the capital of",
     ];
     let ids: Vec<Vec<u32>> = texts.iter().map(|t| prompt_ids(t)).collect();
-    let mut lm = model();
-    let m = &mut lm.model;
-    let mut alone = Vec::new();
-    for t in &ids {
-        let s = m.new_sequence();
-        alone.push(m.forward_one(s, t, LogitRows::All).unwrap());
-        m.release(s);
-    }
-    let seqs: Vec<_> = ids.iter().map(|_| m.new_sequence()).collect();
-    let items: Vec<BatchItem> = seqs
-        .iter()
-        .zip(&ids)
-        .map(|(&seq, t)| BatchItem {
-            tree: None,
-            seq,
-            tokens: t,
-            logits: LogitRows::All,
-        })
-        .collect();
-    let batch = m.forward(&items, ForwardOptions::default()).unwrap();
-    let mut worst = 0.0f32;
-    for (i, t) in ids.iter().enumerate() {
-        for j in 0..t.len() {
-            assert_eq!(
-                argmax(batch.row(i, j)),
-                argmax(alone[i].row(0, j)),
-                "seq {i} row {j}"
-            );
-            worst = worst.max(max_abs_diff(batch.row(i, j), alone[i].row(0, j)));
-        }
-    }
-    // A second ragged step: decode one token for seq 0, verify 3 for seq 1, nothing for seq 2.
-    let step = [
-        BatchItem {
-            tree: None,
-            seq: seqs[0],
-            tokens: &[11],
-            logits: LogitRows::Last,
+    on_every_device(
+        "each_sequence_of_a_ragged_batch_gets_its_own_logits",
+        |lm| {
+            let m = &mut lm.model;
+            let mut alone = Vec::new();
+            for t in &ids {
+                let s = m.new_sequence();
+                alone.push(m.forward_one(s, t, LogitRows::All).unwrap());
+                m.release(s);
+            }
+            let seqs: Vec<_> = ids.iter().map(|_| m.new_sequence()).collect();
+            let items: Vec<BatchItem> = seqs
+                .iter()
+                .zip(&ids)
+                .map(|(&seq, t)| BatchItem {
+                    tree: None,
+                    seq,
+                    tokens: t,
+                    logits: LogitRows::All,
+                })
+                .collect();
+            let batch = m.forward(&items, ForwardOptions::default()).unwrap();
+            let mut worst = 0.0f32;
+            for (i, t) in ids.iter().enumerate() {
+                for j in 0..t.len() {
+                    assert_eq!(
+                        argmax(batch.row(i, j)),
+                        argmax(alone[i].row(0, j)),
+                        "seq {i} row {j}"
+                    );
+                    worst = worst.max(max_abs_diff(batch.row(i, j), alone[i].row(0, j)));
+                }
+            }
+            // A second ragged step: decode one token for seq 0, verify 3 for seq 1, nothing for seq 2.
+            let step = [
+                BatchItem {
+                    tree: None,
+                    seq: seqs[0],
+                    tokens: &[11],
+                    logits: LogitRows::Last,
+                },
+                BatchItem {
+                    tree: None,
+                    seq: seqs[1],
+                    tokens: &[288, 5, 9],
+                    logits: LogitRows::All,
+                },
+            ];
+            let out = m.forward(&step, ForwardOptions::default()).unwrap();
+            assert_eq!(out.spans, vec![0..1, 1..4]);
+            let solo = m.new_sequence();
+            m.forward_one(solo, &ids[1], LogitRows::None).unwrap();
+            let solo_out = m.forward_one(solo, &[288, 5, 9], LogitRows::All).unwrap();
+            for j in 0..3 {
+                worst = worst.max(max_abs_diff(out.row(1, j), solo_out.row(0, j)));
+            }
+            eprintln!("ragged batch vs alone: max |Δlogit| = {worst:.2e}");
+            assert!(worst <= TOL, "max abs difference {worst}");
+            for s in seqs.into_iter().chain([solo]) {
+                m.release(s);
+            }
         },
-        BatchItem {
-            tree: None,
-            seq: seqs[1],
-            tokens: &[288, 5, 9],
-            logits: LogitRows::All,
-        },
-    ];
-    let out = m.forward(&step, ForwardOptions::default()).unwrap();
-    assert_eq!(out.spans, vec![0..1, 1..4]);
-    let solo = m.new_sequence();
-    m.forward_one(solo, &ids[1], LogitRows::None).unwrap();
-    let solo_out = m.forward_one(solo, &[288, 5, 9], LogitRows::All).unwrap();
-    for j in 0..3 {
-        worst = worst.max(max_abs_diff(out.row(1, j), solo_out.row(0, j)));
-    }
-    eprintln!("ragged batch vs alone: max |Δlogit| = {worst:.2e}");
-    assert!(worst <= TOL, "max abs difference {worst}");
-    for s in seqs.into_iter().chain([solo]) {
-        m.release(s);
-    }
+    );
 }
 
 #[test]
 fn truncate_then_append_equals_never_having_appended() {
     let ids = prompt_ids("Speculative decoding drafts tokens and verifies them in one pass.");
-    let mut lm = model();
-    let m = &mut lm.model;
-    let s = m.new_sequence();
-    m.forward_one(s, &ids[..8], LogitRows::None).unwrap();
-    m.forward_one(s, &[100, 200, 300, 400], LogitRows::All)
-        .unwrap(); // rejected drafts
-    m.truncate(s, 8).unwrap();
-    assert_eq!(m.seq_len(s), Some(8));
-    let rolled = m.forward_one(s, &ids[8..], LogitRows::All).unwrap();
-    let fresh_seq = m.new_sequence();
-    m.forward_one(fresh_seq, &ids[..8], LogitRows::None)
-        .unwrap();
-    let fresh = m.forward_one(fresh_seq, &ids[8..], LogitRows::All).unwrap();
-    assert_eq!(rolled.logits, fresh.logits, "rollback must leave no trace");
-    assert_eq!(
-        m.kv_layer(s, 29).unwrap(),
-        m.kv_layer(fresh_seq, 29).unwrap()
-    );
-    m.release(s);
-    m.release(fresh_seq);
+    on_every_device("truncate_then_append_equals_never_having_appended", |lm| {
+        let m = &mut lm.model;
+        let s = m.new_sequence();
+        m.forward_one(s, &ids[..8], LogitRows::None).unwrap();
+        m.forward_one(s, &[100, 200, 300, 400], LogitRows::All)
+            .unwrap(); // rejected drafts
+        m.truncate(s, 8).unwrap();
+        assert_eq!(m.seq_len(s), Some(8));
+        let rolled = m.forward_one(s, &ids[8..], LogitRows::All).unwrap();
+        let fresh_seq = m.new_sequence();
+        m.forward_one(fresh_seq, &ids[..8], LogitRows::None)
+            .unwrap();
+        let fresh = m.forward_one(fresh_seq, &ids[8..], LogitRows::All).unwrap();
+        assert_eq!(rolled.logits, fresh.logits, "rollback must leave no trace");
+        assert_eq!(
+            m.kv_layer(s, 29).unwrap(),
+            m.kv_layer(fresh_seq, 29).unwrap()
+        );
+        m.release(s);
+        m.release(fresh_seq);
+    });
 }
 
 #[test]
 fn early_exit_and_hidden_states() {
     let ids = prompt_ids("fn main() { println!(\"hello\"); }");
-    let mut lm = model();
-    let m = &mut lm.model;
-    let s = m.new_sequence();
-    let opts = ForwardOptions {
-        exit_layer: Some(8),
-        hidden: true,
-    };
-    let items = [BatchItem {
-        tree: None,
-        seq: s,
-        tokens: &ids,
-        logits: LogitRows::All,
-    }];
-    let early = m.forward(&items, opts).unwrap();
-    assert_eq!(early.hidden.len(), ids.len() * m.config().hidden);
-    assert_eq!(early.logits.len(), ids.len() * m.config().vocab_size);
-    let layer_len = |l| m.kv_layer(s, l).unwrap().len;
-    assert_eq!((layer_len(7), layer_len(8)), (ids.len(), 0));
-    // A full forward on a half-filled cache is refused until it is truncated.
-    assert!(m.forward_one(s, &[5], LogitRows::Last).is_err());
-    m.truncate(s, 0).unwrap();
-    let full = m
-        .forward(
-            &items,
-            ForwardOptions {
-                exit_layer: None,
-                hidden: true,
-            },
-        )
-        .unwrap();
-    assert_ne!(
-        early.logits, full.logits,
-        "8 of 30 layers is a different function"
-    );
-    // Early-exit logits are still a distribution over the same vocabulary with finite values.
-    assert!(early.logits.iter().all(|v| v.is_finite()));
-    m.release(s);
+    on_every_device("early_exit_and_hidden_states", |lm| {
+        let m = &mut lm.model;
+        let s = m.new_sequence();
+        let opts = ForwardOptions {
+            exit_layer: Some(8),
+            hidden: true,
+        };
+        let items = [BatchItem {
+            tree: None,
+            seq: s,
+            tokens: &ids,
+            logits: LogitRows::All,
+        }];
+        let early = m.forward(&items, opts).unwrap();
+        assert_eq!(early.hidden.len(), ids.len() * m.config().hidden);
+        assert_eq!(early.logits.len(), ids.len() * m.config().vocab_size);
+        let layer_len = |l| m.kv_layer(s, l).unwrap().len;
+        assert_eq!((layer_len(7), layer_len(8)), (ids.len(), 0));
+        // A full forward on a half-filled cache is refused until it is truncated.
+        assert!(m.forward_one(s, &[5], LogitRows::Last).is_err());
+        m.truncate(s, 0).unwrap();
+        let full = m
+            .forward(
+                &items,
+                ForwardOptions {
+                    exit_layer: None,
+                    hidden: true,
+                },
+            )
+            .unwrap();
+        assert_ne!(
+            early.logits, full.logits,
+            "8 of 30 layers is a different function"
+        );
+        // Early-exit logits are still a distribution over the same vocabulary with finite values.
+        assert!(early.logits.iter().all(|v| v.is_finite()));
+        m.release(s);
+    });
 }
 
 #[test]
 fn bad_batches_are_refused_without_touching_caches() {
-    let mut lm = model();
-    let m = &mut lm.model;
-    let s = m.new_sequence();
-    m.forward_one(s, &[1, 2, 3], LogitRows::None).unwrap();
-    let vocab = m.config().vocab_size as u32;
-    assert!(
-        m.forward_one(s, &[vocab], LogitRows::Last).is_err(),
-        "token outside vocab"
-    );
-    let twice = [
-        BatchItem {
-            tree: None,
-            seq: s,
-            tokens: &[4],
-            logits: LogitRows::Last,
-        },
-        BatchItem {
-            tree: None,
-            seq: s,
-            tokens: &[5],
-            logits: LogitRows::Last,
-        },
-    ];
-    assert!(
-        m.forward(&twice, ForwardOptions::default()).is_err(),
-        "duplicate sequence"
-    );
-    let too_long = vec![7u32; m.config().context_length];
-    assert!(
-        m.forward_one(s, &too_long, LogitRows::Last).is_err(),
-        "context overflow"
-    );
-    assert_eq!(m.seq_len(s), Some(3), "refused batches change nothing");
-    m.release(s);
-    assert!(
-        m.forward_one(s, &[1], LogitRows::Last).is_err(),
-        "released sequence"
-    );
+    on_every_device("bad_batches_are_refused_without_touching_caches", |lm| {
+        let m = &mut lm.model;
+        let s = m.new_sequence();
+        m.forward_one(s, &[1, 2, 3], LogitRows::None).unwrap();
+        let vocab = m.config().vocab_size as u32;
+        assert!(
+            m.forward_one(s, &[vocab], LogitRows::Last).is_err(),
+            "token outside vocab"
+        );
+        let twice = [
+            BatchItem {
+                tree: None,
+                seq: s,
+                tokens: &[4],
+                logits: LogitRows::Last,
+            },
+            BatchItem {
+                tree: None,
+                seq: s,
+                tokens: &[5],
+                logits: LogitRows::Last,
+            },
+        ];
+        assert!(
+            m.forward(&twice, ForwardOptions::default()).is_err(),
+            "duplicate sequence"
+        );
+        let too_long = vec![7u32; m.config().context_length];
+        assert!(
+            m.forward_one(s, &too_long, LogitRows::Last).is_err(),
+            "context overflow"
+        );
+        assert_eq!(m.seq_len(s), Some(3), "refused batches change nothing");
+        m.release(s);
+        assert!(
+            m.forward_one(s, &[1], LogitRows::Last).is_err(),
+            "released sequence"
+        );
+    });
 }
 
 #[test]

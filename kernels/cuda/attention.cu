@@ -8,8 +8,9 @@
 //
 // Which keys a row sees (per-row info, 6 ints): keys [0, base) were cached before this pass
 // and are all visible (within the sliding window, when the layer has one); keys
-// [base, limit) came with this pass: with mask == 0 (causal) those up to self_index, else
-// key base + j where bit j of mask is set (a Medusa tree's ancestors and the node itself).
+// [base, limit) came with this pass: with mask < 0 (causal) those up to self_index (and within
+// the window), else key base + j where bit j of the row's mask words (masks + mask: 32 keys a
+// word) is set — a draft tree's ancestors and the node itself, any number of nodes.
 //
 // Grid (rows, n_heads), block 32.
 
@@ -32,6 +33,7 @@ extern "C" __global__ void attention(
     const u16* __restrict__ v_pool,
     const int* __restrict__ tables,     // block ids, per sequence
     const int* __restrict__ info,       // [rows, RI_INTS]
+    const u32* __restrict__ masks,      // tree rows' visibility words
     float* __restrict__ out,            // [rows, n_heads * head_dim]
     int q_stride, int head_dim, int n_heads, int n_kv_heads, float scale, int window) {
     const int row = blockIdx.x;
@@ -40,7 +42,7 @@ extern "C" __global__ void attention(
     const int* ri = info + (long)row * RI_INTS;
     const int* table = tables + ri[RI_TABLE];
     const int base = ri[RI_BASE], limit = ri[RI_LIMIT], self = ri[RI_SELF], pos = ri[RI_POS];
-    const u32 mask = (u32)ri[RI_MASK];
+    const int mask = ri[RI_MASK];
     const int kv_width = n_kv_heads * head_dim;
     const int kv_head = head / (n_heads / n_kv_heads);
     const float* qh = q + (long)row * q_stride + head * head_dim;
@@ -57,10 +59,11 @@ extern "C" __global__ void attention(
         bool visible;
         if (key < base) {
             visible = window <= 0 || pos - key < window;
-        } else if (mask == 0) {
-            visible = key <= self;
+        } else if (mask < 0) {
+            visible = key <= self && (window <= 0 || pos - key < window);
         } else {
-            visible = (key - base) < 32 && ((mask >> (key - base)) & 1u);
+            const int j = key - base;
+            visible = (masks[mask + j / 32] >> (j % 32)) & 1u;
         }
         if (!visible) continue;  // uniform across the warp: every lane has the same key
         const long at = ((long)table[key / KV_BLOCK] * KV_BLOCK + key % KV_BLOCK) * kv_width
@@ -107,5 +110,30 @@ extern "C" __global__ void kv_append(
     for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
         k_pool[at + i] = float_to_half(src[k_offset + i]);
         v_pool[at + i] = float_to_half(src[v_offset + i]);
+    }
+}
+
+// A verified tree's accepted path kept: in every layer, cache row base + keep[i] moves to
+// base + i where that layer holds it (lens: each layer's length; an early-exit pass fills
+// only the first layers, and the CPU moves only rows a layer holds). keep increases, so keep[i] >= i and a row is read before any step overwrites it
+// when the steps run in order (one block per layer, a barrier between rows).
+// Grid (layers), block (256).
+extern "C" __global__ void kv_keep(
+    u16* k_pool, u16* v_pool, long layer_stride, const int* __restrict__ table,
+    const int* __restrict__ lens, const int* __restrict__ keep, int n_keep, int base,
+    int kv_width) {
+    u16* kl = k_pool + (long)blockIdx.x * layer_stride;
+    u16* vl = v_pool + (long)blockIdx.x * layer_stride;
+    for (int i = 0; i < n_keep; i++) {
+        const int from = base + keep[i], to = base + i;
+        if (from != to && from < lens[blockIdx.x]) {
+            const long a = ((long)table[from / KV_BLOCK] * KV_BLOCK + from % KV_BLOCK) * kv_width;
+            const long b = ((long)table[to / KV_BLOCK] * KV_BLOCK + to % KV_BLOCK) * kv_width;
+            for (int j = threadIdx.x; j < kv_width; j += blockDim.x) {
+                kl[b + j] = kl[a + j];
+                vl[b + j] = vl[a + j];
+            }
+        }
+        __syncthreads();
     }
 }

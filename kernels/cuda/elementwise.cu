@@ -1,13 +1,22 @@
 // Element-wise steps of a layer. Each output element depends on its own inputs only.
 
-// Embedding rows from an f16 table (dequantized once at load): out[r] = table[ids[r]] * scale.
-// Grid (rows), block (256).
+// Embedding rows from the f32 table (dequantized once at load, as the CPU's):
+// out[r] = table[ids[r]] * scale. Grid (rows), block (256).
 extern "C" __global__ void embed_rows(
-    const u16* __restrict__ table, const int* __restrict__ ids, float* __restrict__ out,
+    const float* __restrict__ table, const int* __restrict__ ids, float* __restrict__ out,
     int dim, float scale) {
-    const u16* src = table + (long)ids[blockIdx.x] * dim;
+    const float* src = table + (long)ids[blockIdx.x] * dim;
     float* dst = out + (long)blockIdx.x * dim;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = half_to_float(src[i]) * scale;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i] * scale;
+}
+
+// Rows picked from x: out[r] = x[idx[r]] (the rows that get logits). Grid (rows), block 256.
+extern "C" __global__ void gather_rows(
+    const float* __restrict__ x, const int* __restrict__ idx, float* __restrict__ out,
+    int dim) {
+    const float* src = x + (long)idx[blockIdx.x] * dim;
+    float* dst = out + (long)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
 }
 
 // x += y (the residual stream). Grid-stride over n.

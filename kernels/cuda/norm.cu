@@ -31,7 +31,7 @@ extern "C" __global__ void rms_norm(
     float* yr = out + (long)blockIdx.x * dim;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += NORM_THREADS) ss += xr[i] * xr[i];
-    const float scale = rsqrtf(block_sum(ss, shared) / (float)dim + eps);
+    const float scale = 1.0f / sqrtf(block_sum(ss, shared) / (float)dim + eps);  // IEEE, as the CPU
     for (int i = threadIdx.x; i < dim; i += NORM_THREADS) yr[i] = xr[i] * scale * w[i];
 }
 
@@ -44,6 +44,6 @@ extern "C" __global__ void head_rms_norm(
     float* h = x + (long)blockIdx.x * row_stride + offset + blockIdx.y * head_dim;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < head_dim; i += WARP) ss += h[i] * h[i];
-    const float scale = rsqrtf(warp_sum(ss) / (float)head_dim + eps);
+    const float scale = 1.0f / sqrtf(warp_sum(ss) / (float)head_dim + eps);
     for (int i = threadIdx.x; i < head_dim; i += WARP) h[i] = h[i] * scale * w[i];
 }

@@ -8,6 +8,9 @@
 // the feature, so a row gives the same bits alone or beside 15 others (llama.cpp switches
 // kernels by row count instead, and its greedy output changes under speculation).
 //
+// Output row r, feature o lands at y[r * y_stride + y_offset + o], so the parts of a fused
+// projection (Q, K and V of different types) write side by side.
+//
 // Grid (ceil(out / WARPS_PER_BLOCK)), block (32, WARPS_PER_BLOCK).
 
 #define MAX_ROWS 16
@@ -64,8 +67,8 @@ extern "C" __global__ void NAME(                                                
     const u8* __restrict__ w,      /* [out, in / 32 blocks] */                             \
     const i8* __restrict__ xq,     /* [rows, in] */                                        \
     const float* __restrict__ xds, /* [rows, in / 32, 2] */                                \
-    float* __restrict__ y,         /* [rows, out] */                                       \
-    int in_dim, int out_dim, int rows) {                                                   \
+    float* __restrict__ y,         /* [rows, y_stride], columns from y_offset */           \
+    int in_dim, int out_dim, int rows, int y_stride, int y_offset) {                       \
     const int o = blockIdx.x * blockDim.y + threadIdx.y;                                   \
     if (o >= out_dim) return;                                                              \
     const int lane = threadIdx.x;                                                          \
@@ -85,7 +88,7 @@ extern "C" __global__ void NAME(                                                
     _Pragma("unroll") for (int r = 0; r < MAX_ROWS; r++) {                                 \
         if (r < rows) {                                                                    \
             const float s = warp_sum(acc[r]);                                              \
-            if (lane == 0) y[(long)r * out_dim + o] = s;                                   \
+            if (lane == 0) y[(long)r * y_stride + y_offset + o] = s;                       \
         }                                                                                  \
     }                                                                                      \
 }
@@ -93,3 +96,32 @@ extern "C" __global__ void NAME(                                                
 MMVQ(mmvq_q4_0, 18, block_q4_0)
 MMVQ(mmvq_q4_1, 20, block_q4_1)
 MMVQ(mmvq_q8_0, 34, block_q8_0)
+
+// The same for f32 weights (F32, F16, BF16 and the K-quants, dequantized at load), over f32
+// activations: lane l takes inputs l, l + 32, …; then the fixed butterfly.
+extern "C" __global__ void mv_f32(
+    const float* __restrict__ w,   // [out, in]
+    const float* __restrict__ x,   // [rows, in]
+    float* __restrict__ y,         // [rows, y_stride], columns from y_offset
+    int in_dim, int out_dim, int rows, int y_stride, int y_offset) {
+    const int o = blockIdx.x * blockDim.y + threadIdx.y;
+    if (o >= out_dim) return;
+    const int lane = threadIdx.x;
+    const float* wrow = w + (long)o * in_dim;
+    float acc[MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; r++) acc[r] = 0.0f;
+    for (int i = lane; i < in_dim; i += WARP) {
+        const float wi = wrow[i];
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; r++)
+            if (r < rows) acc[r] += wi * x[(long)r * in_dim + i];
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; r++) {
+        if (r < rows) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0) y[(long)r * y_stride + y_offset + o] = s;
+        }
+    }
+}

@@ -26,6 +26,9 @@ pub enum BenchCommand {
         /// Also write the report as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// cpu (beside candle-transformers), cuda, cuda:N or auto (the device's own report).
+        #[arg(long, default_value = "cpu")]
+        device: specgate::model::DeviceChoice,
     },
     /// Schema-shaped requests (extraction, tool calls): plain decoding without and with the
     /// grammar, and speculative configurations with it (greedy).
@@ -93,6 +96,9 @@ pub enum BenchCommand {
         /// Where spec.md and spec.csv go (git-ignored).
         #[arg(long, default_value = "results")]
         out: PathBuf,
+        /// The target's device: cpu, cuda, cuda:N or auto.
+        #[arg(long, default_value = "cpu")]
+        device: specgate::model::DeviceChoice,
     },
 }
 
@@ -152,16 +158,20 @@ pub fn run(which: BenchCommand) -> Result<()> {
             runs,
             tokens,
             json,
+            device,
         } => {
             let path = resolve_model(model)?;
-            let report = specgate::tools::bench_decode::bench_decode(
-                &path,
-                runs,
-                tokens,
-                &mut std::io::stdout(),
-            )?;
+            let out = &mut std::io::stdout();
+            let report = match device {
+                specgate::model::DeviceChoice::Cpu => serde_json::to_string_pretty(
+                    &specgate::tools::bench_decode::bench_decode(&path, runs, tokens, out)?,
+                )?,
+                d => serde_json::to_string_pretty(&specgate::tools::bench_device::bench_device(
+                    &path, d, runs, tokens, out,
+                )?)?,
+            };
             if let Some(p) = json {
-                std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
+                std::fs::write(&p, report)?;
             }
             Ok(())
         }
@@ -202,6 +212,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
             sets,
             repeats,
             out,
+            device,
         } => {
             let model = resolve_model(model)?;
             if strategies.is_empty() {
@@ -231,6 +242,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
                     ..SamplingParams::greedy()
                 },
                 row_cost,
+                device,
                 sets,
                 repeats: repeats as usize,
             };

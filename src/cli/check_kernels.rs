@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use specgate::model::cuda_kernels::{arch, compile, SOURCES};
+use specgate::model::cuda::kernels::{arch, compile, SOURCES};
 
 #[derive(Args)]
 pub struct CheckKernelsArgs {
@@ -24,7 +24,7 @@ pub fn run(args: CheckKernelsArgs) -> Result<()> {
                     src.functions.len(),
                     ptx.len()
                 ),
-                Err(e @ specgate::model::cuda_kernels::KernelCompileError::Compile { .. }) => {
+                Err(e @ specgate::model::cuda::kernels::KernelCompileError::Compile { .. }) => {
                     eprintln!("FAILED {e}");
                     failed += 1;
                 }

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// The EAGLE layer for the `eagle` strategy (default: the shipped layer for the model).
     #[arg(long)]
     eagle_layer: Option<PathBuf>,
+    /// The target's device: cpu, cuda, cuda:N or auto (a GPU when one is found).
+    #[arg(long, env = "SPECGATE_DEVICE", default_value = "cpu")]
+    device: specgate::model::DeviceChoice,
     /// Answer corpus the suffix strategies consult for every tenant (default: the shipped
     /// one for the model, `specgate build-corpus` writes one).
     #[arg(long)]
@@ -186,6 +189,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         draft_model: args.draft_model,
         medusa_heads: args.medusa_heads,
         eagle_layer: args.eagle_layer,
+        device: args.device,
         corpus: specgate::drafting::answer_corpus::CorpusSource::from_flags(
             args.corpus,
             args.no_corpus,

@@ -72,6 +72,8 @@ pub struct ServeConfig {
     pub medusa_heads: Option<PathBuf>,
     /// The EAGLE layer's directory (default: the shipped layer for the model, if any).
     pub eagle_layer: Option<PathBuf>,
+    /// The target's device.
+    pub device: crate::model::DeviceChoice,
     /// The answer corpus the suffix strategies consult for every tenant.
     pub corpus: crate::drafting::answer_corpus::CorpusSource,
     pub exit_layer: usize,
@@ -159,7 +161,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         );
     }
     let metrics = install_metrics()?;
-    let lm = LoadedModel::load(&cfg.model)?;
+    let lm = LoadedModel::load_on(&cfg.model, cfg.device)?;
     let priors = learner_priors(&cfg)?;
     let tokenizer = Arc::clone(&lm.tokenizer);
     let context_length = lm.model.config().context_length;

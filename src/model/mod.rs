@@ -9,11 +9,14 @@
 
 pub mod arch;
 pub mod backend;
+pub mod batch;
 pub mod chat_template;
 pub mod config;
 pub mod cpu;
-pub mod cuda_kernels;
+pub mod cuda;
+pub mod device;
 pub mod fetch;
+pub mod gguf;
 pub mod loaded;
 pub mod tokenizer;
 
@@ -22,10 +25,9 @@ use std::ops::Range;
 
 pub use backend::{KvLayer, TargetBackend};
 pub use config::ModelConfig;
-pub use cpu::{
-    first_rows, lm_head_tensor, read_header, select_rows, CpuModel, Linear, MatmulBackend,
-    QuantRows, Rope,
-};
+pub use cpu::{first_rows, select_rows, CpuModel, Linear, MatmulBackend, QuantRows, Rope};
+pub use device::DeviceChoice;
+pub use gguf::{lm_head_tensor, read_header};
 use specgate_strategies::TokenId;
 
 /// GGUF key-value metadata.
@@ -54,6 +56,8 @@ pub enum ModelError {
     Invalid(String),
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),
+    #[error("device error: {0}")]
+    Device(String),
 }
 
 /// A sequence whose KV cache the model holds.

@@ -50,7 +50,7 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
-fn bench_tokens(lm: &LoadedModel, n: usize) -> anyhow::Result<Vec<TokenId>> {
+pub(crate) fn bench_tokens(lm: &LoadedModel, n: usize) -> anyhow::Result<Vec<TokenId>> {
     let one = lm.tokenizer.encode(BENCH_TEXT)?;
     let bos = lm.tokenizer.bos();
     if let Some(bos) = bos {
@@ -62,7 +62,7 @@ fn bench_tokens(lm: &LoadedModel, n: usize) -> anyhow::Result<Vec<TokenId>> {
 }
 
 /// Returns (prompt tok/s, decode tok/s, greedy tokens).
-fn run_ours(
+pub(crate) fn run_ours(
     model: &mut dyn TargetBackend,
     prompt: &[TokenId],
     n: usize,

@@ -68,6 +68,8 @@ pub struct SpecBenchConfig {
     pub medusa_heads: Option<PathBuf>,
     /// The EAGLE layer's directory (None: the shipped layer for the model).
     pub eagle_layer: Option<PathBuf>,
+    /// The target's device.
+    pub device: crate::model::DeviceChoice,
     pub corpus: crate::drafting::answer_corpus::CorpusSource,
     pub exit_layer: usize,
     pub sampling: SamplingParams,
@@ -158,7 +160,7 @@ fn build_drafters(
 }
 
 pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<Vec<SpecRow>> {
-    let mut lm = LoadedModel::load(&cfg.model)?;
+    let mut lm = LoadedModel::load_on(&cfg.model, cfg.device)?;
     let sets: Vec<_> = load_prompt_sets(&cfg.prompt_dir)?
         .into_iter()
         .filter(|s| cfg.sets.is_empty() || cfg.sets.contains(&s.name))

@@ -99,6 +99,7 @@ fn bench_config(
         draft_model: cfg.draft_model.clone(),
         medusa_heads: cfg.medusa_heads.clone(),
         eagle_layer: None,
+        device: Default::default(),
         corpus: cfg.corpus.clone(),
         exit_layer: cfg.exit_layer,
         sampling: SamplingParams::greedy(),

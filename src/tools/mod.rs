@@ -2,6 +2,7 @@
 //! the soak, the shipped prompt sets, and routing policies as files.
 
 pub mod bench_decode;
+pub mod bench_device;
 pub mod bench_lm_head;
 pub mod bench_policy;
 pub mod bench_spec;

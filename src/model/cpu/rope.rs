@@ -6,6 +6,30 @@
 //! to the bit and agreement with it is not lost here.
 
 use crate::model::arch::RopeStyle;
+use crate::model::config::ModelConfig;
+
+/// One rotary table per distinct (base, scale) the model's layers use, and each layer's
+/// index into them (Gemma 3's local layers rotate with another base than its global ones).
+pub fn layer_ropes(config: &ModelConfig, freq_factors: Option<&[f32]>) -> (Vec<Rope>, Vec<usize>) {
+    let (mut ropes, mut kinds, mut of_layer) = (Vec::new(), Vec::new(), Vec::new());
+    for l in 0..config.n_layers {
+        let kind = config.layer_rope(l);
+        let at = kinds.iter().position(|&k| k == kind).unwrap_or_else(|| {
+            let spec = RopeSpec {
+                rope_dim: config.rope_dim,
+                base: kind.0,
+                freq_scale: kind.1,
+                freq_factors,
+                style: config.arch.rope_style(),
+            };
+            ropes.push(Rope::with_spec(spec, config.context_length));
+            kinds.push(kind);
+            kinds.len() - 1
+        });
+        of_layer.push(at);
+    }
+    (ropes, of_layer)
+}
 
 /// Precomputed cos/sin per (position, pair).
 #[derive(Debug, Clone)]
@@ -66,6 +90,11 @@ impl Rope {
     /// The angle tables, [positions, pairs] each: (cos, sin).
     pub fn tables(&self) -> (&[f32], &[f32]) {
         (&self.cos, &self.sin)
+    }
+
+    /// Value pairs rotated per head (rope_dim / 2).
+    pub fn pairs(&self) -> usize {
+        self.pairs
     }
 
     /// Positions the table covers.

@@ -1,17 +1,14 @@
-//! Loading a GGUF file (any architecture of [`crate::model::arch`]) into the weights the
-//! forward pass uses.
+//! The CPU's weights: a model file's tensors ([`crate::model::gguf`]) as our kernels' matrices.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::{self, Content};
-use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::Device;
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::GgmlDType;
 
 use super::linear::{Linear, LinearGroup, MatmulBackend};
 use super::rows::QuantRows;
 use crate::model::config::ModelConfig;
+use crate::model::gguf::{self, dequantize, LayerTensors};
 use crate::model::ModelError;
 
 pub struct LayerWeights {
@@ -72,205 +69,51 @@ pub struct LoadedGguf {
     pub weights: Weights,
 }
 
-/// Parse the header and metadata only (tokenizer and config), without reading tensors.
-pub fn read_header(path: &Path) -> Result<(Content, BufReader<File>), ModelError> {
-    let file = File::open(path)
-        .map_err(|e| ModelError::Io(format!("cannot open model {}: {e}", path.display())))?;
-    let mut reader = BufReader::new(file);
-    let content = gguf_file::Content::read(&mut reader).map_err(|e| {
-        ModelError::Format(format!(
-            "{} is not a readable GGUF file: {e}",
-            path.display()
-        ))
-    })?;
-    Ok((content, reader))
-}
-
-fn dequantize(t: &QTensor) -> Result<Vec<f32>, ModelError> {
-    Ok(t.dequantize(&Device::Cpu)?
-        .flatten_all()?
-        .to_vec1::<f32>()?)
-}
-
-/// Reads tensors by name from one open GGUF file.
-struct TensorReader<'a> {
-    content: &'a Content,
-    reader: BufReader<File>,
-    path: &'a Path,
-}
-
-impl TensorReader<'_> {
-    fn has(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
-    }
-
-    fn get(&mut self, name: &str) -> Result<QTensor, ModelError> {
-        self.content
-            .tensor(&mut self.reader, name, &Device::Cpu)
-            .map_err(|e| {
-                ModelError::Format(format!("tensor {name} in {}: {e}", self.path.display()))
-            })
-    }
-
-    fn vector(&mut self, name: &str) -> Result<Vec<f32>, ModelError> {
-        dequantize(&self.get(name)?)
-    }
-
-    /// A vector the file may or may not hold; `required` makes its absence an error.
-    fn optional(&mut self, name: &str, required: bool) -> Result<Option<Vec<f32>>, ModelError> {
-        match (self.has(name), required) {
-            (true, _) => self.vector(name).map(Some),
-            (false, false) => Ok(None),
-            (false, true) => Err(ModelError::Format(format!(
-                "{} has no tensor {name}, which its architecture needs",
-                self.path.display()
-            ))),
-        }
-    }
-}
-
-/// Load the weights; `max_layers` keeps only the first L blocks (an early-exit draft model:
-/// the target's first layers, then its final norm and LM head).
+/// Load the weights; `max_layers` keeps only the first L blocks (an early-exit draft model).
 pub fn load(
     path: &Path,
     backend: MatmulBackend,
     max_layers: Option<usize>,
 ) -> Result<LoadedGguf, ModelError> {
-    let (content, reader) = read_header(path)?;
-    let mut config = ModelConfig::from_metadata(&content.metadata)?;
-    if let Some(l) = max_layers {
-        if l == 0 || l > config.n_layers {
-            return Err(ModelError::Invalid(format!(
-                "exit layer {l} outside 1..={}",
-                config.n_layers
-            )));
-        }
-        config.n_layers = l;
-    }
-    let mut tensors = TensorReader {
-        content: &content,
-        reader,
-        path,
-    };
-    let embd = tensors.get("token_embd.weight")?;
-    let (vocab, hidden) = embd.shape().dims2()?;
-    if (vocab, hidden) != (config.vocab_size, config.hidden) {
-        return Err(ModelError::Format(format!(
-            "token_embd is {vocab} x {hidden}, expected vocab {} x hidden {}",
-            config.vocab_size, config.hidden
-        )));
-    }
-    let embeddings = match vocab * hidden <= F32_EMBEDDING_LIMIT {
-        true => Embeddings::F32(dequantize(&embd)?),
-        false => Embeddings::Rows(QuantRows::new(&embd)?),
-    };
-    let mut layers = Vec::with_capacity(config.n_layers);
     let mut dtype = GgmlDType::F32;
-    for l in 0..config.n_layers {
-        let layer = load_layer(&mut tensors, &config, l, backend)?;
-        dtype = layer.1;
-        layers.push(layer.0);
-    }
-    let output_norm = tensors.vector("output_norm.weight")?;
-    // Tied embeddings: models without `output.weight` reuse the token embedding as LM head.
-    let lm_head = match tensors.has("output.weight") {
-        true => Linear::new(tensors.get("output.weight")?, backend)?,
-        false => Linear::new(embd, backend)?,
+    let t = gguf::read_model(path, max_layers, |_, t| {
+        dtype = t.qkv[0].dtype();
+        cpu_layer(t, backend)
+    })?;
+    let (vocab, hidden) = (t.config.vocab_size, t.config.hidden);
+    let embeddings = match vocab * hidden <= F32_EMBEDDING_LIMIT {
+        true => Embeddings::F32(dequantize(&t.embedding)?),
+        false => Embeddings::Rows(QuantRows::new(&t.embedding)?),
     };
-    let rope_freqs = tensors.optional("rope_freqs.weight", false)?;
+    let lm_head = Linear::new(t.lm_head.unwrap_or(t.embedding), backend)?;
     let weights = Weights {
         embeddings,
-        layers,
-        output_norm,
+        layers: t.layers,
+        output_norm: t.output_norm,
         lm_head,
-        rope_freqs,
+        rope_freqs: t.rope_freqs,
         dtype,
     };
     Ok(LoadedGguf {
-        content,
-        config,
+        content: t.content,
+        config: t.config,
         weights,
     })
 }
 
-/// Block `l`'s weights, and the quant type of its Q projection.
-fn load_layer(
-    tensors: &mut TensorReader<'_>,
-    config: &ModelConfig,
-    l: usize,
-    backend: MatmulBackend,
-) -> Result<(LayerWeights, GgmlDType), ModelError> {
-    let name = |suffix: &str| format!("blk.{l}.{suffix}");
-    let arch = config.arch;
-    let wq = tensors.get(&name("attn_q.weight"))?;
-    let dtype = wq.dtype();
-    let qkv = vec![
-        wq,
-        tensors.get(&name("attn_k.weight"))?,
-        tensors.get(&name("attn_v.weight"))?,
-    ];
-    let biases = ["attn_q.bias", "attn_k.bias", "attn_v.bias"].map(&name);
-    let qkv_bias = match biases.iter().any(|b| tensors.has(b)) {
-        false => None,
-        true => {
-            let mut all = Vec::new();
-            for b in &biases {
-                all.extend(tensors.vector(b)?);
-            }
-            Some(all)
-        }
-    };
-    let layer = LayerWeights {
-        attn_norm: tensors.vector(&name("attn_norm.weight"))?,
-        qkv: LinearGroup::new(qkv, backend)?,
-        qkv_bias,
-        q_norm: tensors.optional(&name("attn_q_norm.weight"), arch.qk_norm())?,
-        k_norm: tensors.optional(&name("attn_k_norm.weight"), arch.qk_norm())?,
-        wo: Linear::new(tensors.get(&name("attn_output.weight"))?, backend)?,
-        post_attn_norm: tensors.optional(&name("post_attention_norm.weight"), arch.post_norms())?,
-        ffn_norm: tensors.vector(&name("ffn_norm.weight"))?,
-        gate_up: LinearGroup::new(
-            vec![
-                tensors.get(&name("ffn_gate.weight"))?,
-                tensors.get(&name("ffn_up.weight"))?,
-            ],
-            backend,
-        )?,
-        down: Linear::new(tensors.get(&name("ffn_down.weight"))?, backend)?,
-        post_ffn_norm: tensors.optional(&name("post_ffw_norm.weight"), arch.post_norms())?,
-    };
-    let q_width = config.n_heads * config.head_dim;
-    let want_bias = q_width + 2 * config.kv_width();
-    if layer
-        .qkv_bias
-        .as_ref()
-        .is_some_and(|b| b.len() != want_bias)
-    {
-        return Err(ModelError::Format(format!(
-            "blk.{l}: Q/K/V biases must hold {want_bias} values"
-        )));
-    }
-    let norm_ok = |n: &Option<Vec<f32>>| n.as_ref().is_none_or(|n| n.len() == config.head_dim);
-    if !norm_ok(&layer.q_norm) || !norm_ok(&layer.k_norm) {
-        return Err(ModelError::Format(format!(
-            "blk.{l}: Q/K norms must hold {} values (the head width)",
-            config.head_dim
-        )));
-    }
-    Ok((layer, dtype))
-}
-
-/// The GGUF tensor the LM head is: `output.weight`, or the tied token embedding.
-pub fn lm_head_tensor(path: &Path) -> Result<(QTensor, ModelConfig), ModelError> {
-    let (content, mut reader) = read_header(path)?;
-    let config = ModelConfig::from_metadata(&content.metadata)?;
-    let name = if content.tensor_infos.contains_key("output.weight") {
-        "output.weight"
-    } else {
-        "token_embd.weight"
-    };
-    let t = content
-        .tensor(&mut reader, name, &Device::Cpu)
-        .map_err(|e| ModelError::Format(format!("tensor {name} in {}: {e}", path.display())))?;
-    Ok((t, config))
+/// One block's tensors as the CPU's linear layers.
+fn cpu_layer(t: LayerTensors, backend: MatmulBackend) -> Result<LayerWeights, ModelError> {
+    Ok(LayerWeights {
+        attn_norm: t.attn_norm,
+        qkv: LinearGroup::new(t.qkv, backend)?,
+        qkv_bias: t.qkv_bias,
+        q_norm: t.q_norm,
+        k_norm: t.k_norm,
+        wo: Linear::new(t.wo, backend)?,
+        post_attn_norm: t.post_attn_norm,
+        ffn_norm: t.ffn_norm,
+        gate_up: LinearGroup::new(t.gate_up, backend)?,
+        down: Linear::new(t.down, backend)?,
+        post_ffn_norm: t.post_ffn_norm,
+    })
 }

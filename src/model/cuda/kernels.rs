@@ -8,7 +8,7 @@
 //! The sources are plain text here in every build; compiling them needs the `cuda` feature.
 
 /// Types, warp reductions and f16 conversions every source uses.
-pub const PRELUDE: &str = include_str!("../../kernels/cuda/prelude.cuh");
+pub const PRELUDE: &str = include_str!("../../../kernels/cuda/prelude.cuh");
 
 /// A kernel source and the `extern "C"` functions it must define.
 pub struct KernelSource {
@@ -20,44 +20,52 @@ pub struct KernelSource {
 pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "quantize",
-        text: include_str!("../../kernels/cuda/quantize.cu"),
+        text: include_str!("../../../kernels/cuda/quantize.cu"),
         functions: &["quantize_q8_1"],
     },
     KernelSource {
         name: "qmatvec",
-        text: include_str!("../../kernels/cuda/qmatvec.cu"),
-        functions: &["mmvq_q4_0", "mmvq_q4_1", "mmvq_q8_0"],
+        text: include_str!("../../../kernels/cuda/qmatvec.cu"),
+        functions: &["mmvq_q4_0", "mmvq_q4_1", "mmvq_q8_0", "mv_f32"],
     },
     KernelSource {
         name: "norm",
-        text: include_str!("../../kernels/cuda/norm.cu"),
+        text: include_str!("../../../kernels/cuda/norm.cu"),
         functions: &["rms_norm", "head_rms_norm"],
     },
     KernelSource {
         name: "rope",
-        text: include_str!("../../kernels/cuda/rope.cu"),
+        text: include_str!("../../../kernels/cuda/rope.cu"),
         functions: &["rope"],
     },
     KernelSource {
         name: "elementwise",
-        text: include_str!("../../kernels/cuda/elementwise.cu"),
-        functions: &["embed_rows", "add_in_place", "add_bias", "gated"],
+        text: include_str!("../../../kernels/cuda/elementwise.cu"),
+        functions: &[
+            "embed_rows",
+            "gather_rows",
+            "add_in_place",
+            "add_bias",
+            "gated",
+        ],
     },
     KernelSource {
         name: "attention",
-        text: include_str!("../../kernels/cuda/attention.cu"),
-        functions: &["attention", "kv_append"],
+        text: include_str!("../../../kernels/cuda/attention.cu"),
+        functions: &["attention", "kv_append", "kv_keep"],
     },
     KernelSource {
         name: "argmax",
-        text: include_str!("../../kernels/cuda/argmax.cu"),
+        text: include_str!("../../../kernels/cuda/argmax.cu"),
         functions: &["argmax_rows"],
     },
 ];
 
-/// Architectures `check-kernels` knows (NVRTC takes them as `--gpu-architecture`): Ampere,
-/// Ada and Hopper. The GPU machines lent to this project are H100/H200 (sm_90).
-pub const ARCHES: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90"];
+/// Architectures the kernels are built for (NVRTC takes them as `--gpu-architecture`):
+/// Turing to Blackwell. The GPU machines lent to this project are H100/H200 (sm_90).
+pub const ARCHES: &[&str] = &[
+    "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
+];
 
 impl KernelSource {
     /// The translation unit NVRTC compiles: the prelude, then the source.
@@ -98,6 +106,11 @@ pub fn arch(arch: &str) -> Result<&'static str, KernelCompileError> {
         .copied()
         .find(|a| *a == arch)
         .ok_or_else(|| KernelCompileError::Arch(arch.to_string()))
+}
+
+/// The architecture of a device of compute capability `major.minor`.
+pub fn arch_for(major: i32, minor: i32) -> Result<&'static str, KernelCompileError> {
+    arch(&format!("sm_{major}{minor}"))
 }
 
 /// Compile one source for `arch` and return its PTX, checked to define every function the
@@ -162,6 +175,8 @@ mod tests {
             }
         }
         assert!(arch("sm_90").is_ok());
+        assert_eq!(arch_for(9, 0).ok(), Some("sm_90"));
+        assert_eq!(arch_for(8, 6).ok(), Some("sm_86"));
         assert!(matches!(arch("sm_1000"), Err(KernelCompileError::Arch(_))));
     }
 }
