@@ -280,3 +280,53 @@ fn bench_spec_runs_the_chosen_sets_and_reports_both_speed_ups() {
     assert_eq!(code, 2);
     assert!(stderr.contains("known: code_edit"), "{stderr}");
 }
+
+#[test]
+fn device_cuda_without_a_gpu_is_one_clear_line_and_auto_falls_back_to_the_cpu() {
+    if specgate::model::device::cuda_devices() > 0 {
+        eprintln!("skipped: this machine has a CUDA device (tests/engine.rs runs on it)");
+        return;
+    }
+    let model = common::model_path();
+    let m = model.to_str().unwrap();
+    let why = if cfg!(feature = "cuda") {
+        "no CUDA driver found"
+    } else {
+        "built without CUDA"
+    };
+    let gen = |device: &str| {
+        vec![
+            "generate",
+            "--model",
+            m,
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "3",
+            "--device",
+        ]
+        .into_iter()
+        .chain([device])
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+    };
+    for device in ["cuda", "cuda:1"] {
+        let args = gen(device);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_one_line_error(&args, why);
+    }
+    let args = gen("auto");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = specgate(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("serving on the CPU"), "{stderr}");
+    assert!(!stdout.trim().is_empty());
+    let args = gen("tpu");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, stderr) = specgate(&args);
+    assert_eq!(code, 2, "a usage error: {stderr}");
+    assert!(
+        stderr.contains("expected cpu, cuda, cuda:N or auto"),
+        "{stderr}"
+    );
+}

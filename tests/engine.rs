@@ -271,3 +271,59 @@ fn kernel_logits_match_candles_matmul_within_quantization_noise() {
     eprintln!("kernel vs candle QMatMul: median |Δlogit| {median:.3}, max {max:.3}");
     assert!(median < 0.5 && max < 4.0, "median {median}, max {max}");
 }
+
+#[test]
+fn a_tree_row_equals_its_path_decoded_as_a_chain_and_keep_rows_keeps_only_the_path() {
+    let ids = prompt_ids("Medusa trees verify several guesses in one pass, then keep one path.");
+    let (cached, pending) = (&ids[..6], ids[6]);
+    // The pending token, then node 0 (a) under it, node 1 (b) under a, node 2 (c) under it.
+    let (a, b, c, next) = (300u32, 301, 302, 303);
+    let parents = [None, Some(0), None];
+    on_every_device("tree", |lm| {
+        let m = &mut lm.model;
+        let chain = |m: &mut Box<dyn specgate::model::TargetBackend>, path: &[u32]| {
+            let s = m.new_sequence();
+            m.forward_one(s, cached, LogitRows::None).unwrap();
+            (s, m.forward_one(s, path, LogitRows::All).unwrap())
+        };
+        let s = m.new_sequence();
+        m.forward_one(s, cached, LogitRows::None).unwrap();
+        let item = BatchItem {
+            tree: Some(&parents),
+            seq: s,
+            tokens: &[pending, a, b, c],
+            logits: LogitRows::All,
+        };
+        let tree = m.forward(&[item], ForwardOptions::default()).unwrap();
+        let (s1, long) = chain(m, &[pending, a, b]);
+        let (s2, short) = chain(m, &[pending, c]);
+        let mut worst = 0.0f32;
+        for (row, (out, j)) in [
+            (0, (&long, 0)),
+            (1, (&long, 1)),
+            (2, (&long, 2)),
+            (3, (&short, 1)),
+        ] {
+            worst = worst.max(max_abs_diff(tree.row(0, row), out.row(0, j)));
+        }
+        eprintln!("tree rows vs their paths as chains: max |Δlogit| = {worst:.2e}");
+        assert!(
+            worst <= TOL,
+            "tree rows differ from their chains by {worst}"
+        );
+        // Keep the path pending → c: the cache is then the chain's, row for row.
+        m.keep_rows(s, cached.len(), &[0, 3]).unwrap();
+        assert_eq!(m.seq_len(s), Some(cached.len() + 2));
+        let last = m.config().n_layers - 1;
+        assert_eq!(m.kv_layer(s, last).unwrap(), m.kv_layer(s2, last).unwrap());
+        let kept = m.forward_one(s, &[next], LogitRows::Last).unwrap();
+        let straight = m.forward_one(s2, &[next], LogitRows::Last).unwrap();
+        assert_eq!(
+            kept.logits, straight.logits,
+            "the kept path decodes as the chain"
+        );
+        for q in [s, s1, s2] {
+            m.release(q);
+        }
+    });
+}
