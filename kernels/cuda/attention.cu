@@ -27,6 +27,35 @@
 #define RI_MASK 5
 #define RI_INTS 6
 
+// Element offset of cache index `key` in a layer's pool (through the sequence's blocks).
+__device__ __forceinline__ long kv_at(const int* table, int key, int kv_width) {
+    return ((long)table[key / KV_BLOCK] * KV_BLOCK + key % KV_BLOCK) * kv_width;
+}
+
+// Whether a row sees cache index `key` (see the row info above). Uniform across a warp.
+__device__ __forceinline__ bool visible_key(int key, int base, int self, int pos, int mask,
+                                            const u32* masks, int window) {
+    const bool in_window = window <= 0 || pos - key < window;
+    if (key < base) return in_window;
+    if (mask < 0) return key <= self && in_window;
+    const int j = key - base;
+    return (masks[mask + j / 32] >> (j % 32)) & 1u;
+}
+
+// q · k for one key, summed over the warp in the fixed butterfly.
+__device__ __forceinline__ float key_score(const float* qv, const u16* k_pool, const int* table,
+                                           int key, int kv_width, int kv_head, int head_dim,
+                                           int lane) {
+    const long at = kv_at(table, key, kv_width) + kv_head * head_dim;
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        const int i = lane + e * WARP;
+        if (i < head_dim) dot += qv[e] * half_to_float(k_pool[at + i]);
+    }
+    return warp_sum(dot);
+}
+
 extern "C" __global__ void attention(
     const float* __restrict__ q,        // [rows, q_stride]: heads of head_dim from column 0
     const u16* __restrict__ k_pool,     // [blocks, KV_BLOCK, kv_width] f16
@@ -47,51 +76,44 @@ extern "C" __global__ void attention(
     const int kv_head = head / (n_heads / n_kv_heads);
     const float* qh = q + (long)row * q_stride + head * head_dim;
 
+    // As the CPU: the query rounded to f16, scores scaled, then softmax weights rounded to
+    // f16 before they weigh the values. Pass 1 finds the max and the sum of exponentials
+    // (online, the sum in double); pass 2 weighs the values.
     float qv[PER_LANE], acc[PER_LANE];
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         const int i = lane + e * WARP;
-        qv[e] = i < head_dim ? qh[i] : 0.0f;
+        qv[e] = i < head_dim ? half_to_float(float_to_half(qh[i])) : 0.0f;
         acc[e] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
+    float m = -INFINITY;
+    double l = 0.0;
     for (int key = 0; key < limit; key++) {
-        bool visible;
-        if (key < base) {
-            visible = window <= 0 || pos - key < window;
-        } else if (mask < 0) {
-            visible = key <= self && (window <= 0 || pos - key < window);
-        } else {
-            const int j = key - base;
-            visible = (masks[mask + j / 32] >> (j % 32)) & 1u;
+        if (!visible_key(key, base, self, pos, mask, masks, window)) continue;
+        const float s = key_score(qv, k_pool, table, key, kv_width, kv_head, head_dim, lane) * scale;
+        if (s > m) {
+            l = l * exp((double)(m - s));
+            m = s;
         }
-        if (!visible) continue;  // uniform across the warp: every lane has the same key
-        const long at = ((long)table[key / KV_BLOCK] * KV_BLOCK + key % KV_BLOCK) * kv_width
-                        + kv_head * head_dim;
-        float dot = 0.0f;
+        l += exp((double)(s - m));
+    }
+    const float inv = l > 0.0 ? (float)(1.0 / l) : 0.0f;
+    for (int key = 0; key < limit; key++) {
+        if (!visible_key(key, base, self, pos, mask, masks, window)) continue;
+        const float s = key_score(qv, k_pool, table, key, kv_width, kv_head, head_dim, lane) * scale;
+        const float p = half_to_float(float_to_half(expf(s - m) * inv));
+        const long at = kv_at(table, key, kv_width) + kv_head * head_dim;
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
             const int i = lane + e * WARP;
-            if (i < head_dim) dot += qv[e] * half_to_float(k_pool[at + i]);
+            if (i < head_dim) acc[e] += p * half_to_float(v_pool[at + i]);
         }
-        const float s = warp_sum(dot) * scale;
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new);
-        const float p = expf(s - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            const int i = lane + e * WARP;
-            if (i < head_dim) acc[e] = acc[e] * corr + p * half_to_float(v_pool[at + i]);
-        }
-        m = m_new;
     }
     float* oh = out + (long)row * n_heads * head_dim + head * head_dim;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         const int i = lane + e * WARP;
-        if (i < head_dim) oh[i] = acc[e] * inv;
+        if (i < head_dim) oh[i] = acc[e];
     }
 }
 

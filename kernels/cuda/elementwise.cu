@@ -33,9 +33,20 @@ extern "C" __global__ void add_bias(float* x, const float* __restrict__ bias, in
         x[i] += bias[i % dim];
 }
 
+// GELU's tanh approximation as ggml's CPU backend applies it in GEGLU (Gemma), and as the
+// CPU backend does (kernels/src/gelu.rs): the input rounded to f16, gelu of that rounded to
+// f16 (ggml's table), and the bounds ±10 taken as 0 and x.
+__device__ __forceinline__ float gelu_table(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float h = half_to_float(float_to_half(x));
+    const float g = 0.5f * h * (1.0f + tanhf(0.7978846f * h * (1.0f + 0.044715f * h * h)));
+    return half_to_float(float_to_half(g));
+}
+
 // A gated unit over fused rows ([rows, 2 * ffn]: gate, then up): h = act(gate) * up, with
-// act SiLU (Llama, Qwen; `gelu` 0) or GELU's tanh approximation (Gemma; `gelu` 1). expf and
-// tanhf, not the fast-math intrinsics: those would drift further from the CPU.
+// act SiLU (Llama, Qwen; `gelu` 0) or the f16-table GELU (Gemma; `gelu` 1). expf and tanhf,
+// not the fast-math intrinsics: those would drift further from the CPU.
 extern "C" __global__ void gated(const float* __restrict__ gu, float* __restrict__ h, int ffn,
                                  long n, int gelu) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
@@ -44,8 +55,7 @@ extern "C" __global__ void gated(const float* __restrict__ gu, float* __restrict
         const int j = (int)(i % ffn);
         const float g = gu[r * 2 * ffn + j];
         const float u = gu[r * 2 * ffn + ffn + j];
-        const float a = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)))
-                             : g / (1.0f + expf(-g));
+        const float a = gelu ? gelu_table(g) : g / (1.0f + expf(-g));
         h[i] = a * u;
     }
 }

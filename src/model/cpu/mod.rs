@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub use kv_cache::KvCache;
-pub use linear::{Linear, MatmulBackend};
+pub use linear::{Linear, MatmulBackend, SUPPORTED_TYPES};
 pub use rope::{layer_ropes, Rope, RopeSpec};
 pub use rows::{first_rows, select_rows, QuantRows};
 

@@ -4,15 +4,14 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::gpu::go;
+use super::matmul::Scratch;
 use super::model::{dev, CudaModel};
-use super::plan::{blocks_for, plan_pass, PassPlan, MAX_ROWS};
-use super::weights::{Linear, Matrix};
+use super::plan::{blocks_for, plan_pass, PassPlan};
+use super::weights::Linear;
 use super::CudaError;
 use crate::model::arch::Activation;
 use crate::model::{batch, BatchItem, BatchOutput, ForwardOptions, ModelError};
 
-/// Warps (output features) per block of the mat-vec kernels.
-const WARPS: u32 = 4;
 /// Threads per row of the norm kernel (`NORM_THREADS` in norm.cu).
 const NORM_THREADS: u32 = 256;
 
@@ -24,8 +23,7 @@ struct Acts {
     attn: CudaSlice<f32>,  // [rows, q_width]
     gate: CudaSlice<f32>,  // [rows, ffn]
     proj: CudaSlice<f32>,  // [rows, hidden]
-    xq: CudaSlice<i8>,     // [rows, widest input]: quantized activations
-    xds: CudaSlice<f32>,   // [rows, widest input / 32, 2]
+    sc: Scratch,           // the mat-vecs' rounded activations
 }
 
 /// The plan's tables in device memory.
@@ -56,6 +54,15 @@ impl CudaModel {
             let c = self.seqs.get(&seq)?;
             Some((c.len(), c.layer_lens[..depth].iter().all(|&l| l == c.len())))
         })?;
+        if items.iter().all(|it| it.tokens.is_empty()) {
+            // Nothing to run (and the driver refuses zero-byte buffers).
+            return Ok(BatchOutput {
+                vocab: self.w.lm_head.out_dim,
+                hidden_dim: self.config.hidden,
+                spans: vec![0..0; items.len()],
+                ..BatchOutput::default()
+            });
+        }
         let lens: Vec<usize> = items
             .iter()
             .map(|it| self.seqs.get(&it.seq).map_or(0, |c| c.len()))
@@ -132,8 +139,7 @@ impl CudaModel {
             attn: s.alloc_zeros(rows * q_width)?,
             gate: s.alloc_zeros(rows * c.ffn)?,
             proj: s.alloc_zeros(rows * c.hidden)?,
-            xq: s.alloc_zeros(rows * widest)?,
-            xds: s.alloc_zeros(rows * widest / 32 * 2 + 2)?,
+            sc: Scratch::new(s, rows, widest)?,
         })
     }
 
@@ -144,13 +150,11 @@ impl CudaModel {
         opts: ForwardOptions,
     ) -> Result<BatchOutput, CudaError> {
         let rows = plan.tokens.len();
-        let mut a = self.acts(rows.max(1))?;
+        let mut a = self.acts(rows)?;
         let d = self.upload(plan)?;
-        if rows > 0 {
-            self.embed(&d, rows, &mut a)?;
-            for l in 0..depth {
-                self.layer(l, &d, rows, &mut a)?;
-            }
+        self.embed(&d, rows, &mut a)?;
+        for l in 0..depth {
+            self.layer(l, &d, rows, &mut a)?;
         }
         self.head(plan, &a.x, opts)
     }
@@ -335,8 +339,7 @@ impl CudaModel {
         go(b, (rows as u32, heads as u32, 1), (r.pairs as u32, 1, 1))
     }
 
-    /// `y[:, offset..] = x · Wᵀ` for each part, in chunks of at most MAX_ROWS rows; the
-    /// input is quantized once when any part is quantized.
+    /// `y[:, offset..] = x · Wᵀ` for each part ([`CudaModel::matmul`]).
     fn linear(
         &self,
         lin: &Linear,
@@ -352,8 +355,7 @@ impl CudaModel {
             gate,
             fused,
             proj,
-            xq,
-            xds,
+            sc,
             ..
         } = a;
         let x = match input {
@@ -365,60 +367,7 @@ impl CudaModel {
             Output::Fused => fused,
             Output::Proj => proj,
         };
-        self.matmul(lin, x, rows, (xq, xds), y, y_stride)
-    }
-
-    /// The mat-vec launches of [`CudaModel::linear`] over explicit buffers.
-    pub(super) fn matmul(
-        &self,
-        lin: &Linear,
-        x: &CudaSlice<f32>,
-        rows: usize,
-        (xq, xds): (&mut CudaSlice<i8>, &mut CudaSlice<f32>),
-        y: &mut CudaSlice<f32>,
-        y_stride: usize,
-    ) -> Result<(), CudaError> {
-        let in_dim = lin.in_dim;
-        if lin.any_quant() {
-            let cols = in_dim as i32;
-            let mut b = self.gpu.launch("quantize_q8_1")?;
-            b.arg(x).arg(&mut *xq).arg(&mut *xds).arg(&cols);
-            go(b, ((in_dim / 32) as u32, rows as u32, 1), (32, 1, 1))?;
-        }
-        let mut offset = 0;
-        for part in &lin.parts {
-            for start in (0..rows).step_by(MAX_ROWS) {
-                let n = (rows - start).min(MAX_ROWS);
-                let mut yv = y.slice_mut(start * y_stride..);
-                let (ind, outd, n, ys, yo) = (
-                    in_dim as i32,
-                    part.out_dim as i32,
-                    n as i32,
-                    y_stride as i32,
-                    offset as i32,
-                );
-                let grid = ((part.out_dim as u32).div_ceil(WARPS), 1, 1);
-                match &part.matrix {
-                    Matrix::Quant { kernel, bytes } => {
-                        let q = xq.slice(start * in_dim..);
-                        let ds = xds.slice(start * in_dim / 32 * 2..);
-                        let mut b = self.gpu.launch(kernel)?;
-                        b.arg(bytes).arg(&q).arg(&ds).arg(&mut yv);
-                        b.arg(&ind).arg(&outd).arg(&n).arg(&ys).arg(&yo);
-                        go(b, grid, (32, WARPS, 1))?;
-                    }
-                    Matrix::F32(w) => {
-                        let xv = x.slice(start * in_dim..);
-                        let mut b = self.gpu.launch("mv_f32")?;
-                        b.arg(w).arg(&xv).arg(&mut yv);
-                        b.arg(&ind).arg(&outd).arg(&n).arg(&ys).arg(&yo);
-                        go(b, grid, (32, WARPS, 1))?;
-                    }
-                }
-            }
-            offset += part.out_dim;
-        }
-        Ok(())
+        self.matmul(lin, x, rows, sc, y, y_stride)
     }
 }
 

@@ -50,6 +50,7 @@ impl Gpu {
         if ordinal >= count {
             return Err(CudaError::NoDevice(ordinal, count));
         }
+        let nvrtc = versions()?;
         let ctx = CudaContext::new(ordinal)?;
         // SAFETY: the target uses one stream for every copy and launch, in order, so the
         // per-buffer events cudarc records to order several streams are not needed (and cost
@@ -60,7 +61,7 @@ impl Gpu {
         let name = format!("cuda:{ordinal} ({}, {arch})", ctx.name()?);
         let mut functions = HashMap::new();
         for src in SOURCES {
-            let module = ctx.load_module(Ptx::from_src(cached_ptx(src, arch)?))?;
+            let module = ctx.load_module(Ptx::from_src(cached_ptx(src, arch, nvrtc)?))?;
             for &f in src.functions {
                 functions.insert(f, module.load_function(f)?);
             }
@@ -105,18 +106,63 @@ pub fn go(
     Ok(())
 }
 
+/// NVRTC's version, checked against the driver's: PTX from an NVRTC newer than the driver
+/// does not load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so that is refused here, clearly.
+fn versions() -> Result<(i32, i32), CudaError> {
+    use cudarc::driver::sys::{cuDriverGetVersion, CUresult};
+    use cudarc::nvrtc::sys::{nvrtcResult, nvrtcVersion};
+    // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(kernels::KernelCompileError::NoNvrtc.into());
+    }
+    let (mut major, mut minor, mut driver) = (0, 0, 0);
+    // SAFETY: both libraries are present (checked above and in `open`); the calls only write
+    // the integers they are given.
+    let ok = unsafe {
+        nvrtcVersion(&mut major, &mut minor) == nvrtcResult::NVRTC_SUCCESS
+            && cuDriverGetVersion(&mut driver) == CUresult::CUDA_SUCCESS
+    };
+    if !ok {
+        return Err(CudaError::Driver(
+            "cannot read the NVRTC and driver versions".into(),
+        ));
+    }
+    let (d_major, d_minor) = (driver / 1000, (driver % 1000) / 10);
+    if (major, minor) > (d_major, d_minor) {
+        return Err(CudaError::Driver(format!(
+            "NVRTC {major}.{minor} is newer than the driver's CUDA {d_major}.{d_minor}, whose \
+             loader would refuse its PTX: use NVRTC {d_major}.{d_minor} (e.g. pip install \
+             nvidia-cuda-nvrtc=={d_major}.{d_minor}.*)"
+        )));
+    }
+    Ok((major, minor))
+}
+
 /// PTX for `src` on `arch`, from the disk cache or NVRTC.
-fn cached_ptx(src: &KernelSource, arch: &'static str) -> Result<String, CudaError> {
-    let key = hex(&Sha256::digest(format!("{arch}\n{}", src.unit())));
+fn cached_ptx(
+    src: &KernelSource,
+    arch: &'static str,
+    nvrtc: (i32, i32),
+) -> Result<String, CudaError> {
+    let key = hex(&Sha256::digest(format!(
+        "{arch}\nnvrtc {}.{}\n{}",
+        nvrtc.0,
+        nvrtc.1,
+        src.unit()
+    )));
     let path = cache_dir().map(|d| d.join(format!("{}-{arch}-{}.ptx", src.name, &key[..16])));
     if let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
         return Ok(text);
     }
     let ptx = kernels::compile(src, arch)?;
     if let Some(p) = &path {
-        // A cache that cannot be written only costs the next start-up a compile.
+        // A cache that cannot be written only costs the next start-up a compile. Written
+        // aside and renamed, so a server starting beside this one never reads half a file.
         let _ = p.parent().map(std::fs::create_dir_all);
-        let _ = std::fs::write(p, &ptx);
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &ptx).is_ok() && std::fs::rename(&tmp, p).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
     }
     Ok(ptx)
 }

@@ -2,6 +2,7 @@
 //! the LM head, and only those rows' logits (and hidden states, when asked) copied back.
 
 use super::gpu::go;
+use super::matmul::Scratch;
 use super::model::CudaModel;
 use super::plan::PassPlan;
 use super::CudaError;
@@ -27,6 +28,9 @@ impl CudaModel {
             spans: plan.spans.clone(),
         };
         if n == 0 {
+            // Nothing comes back to wait on: wait here, so a kernel's fault is this pass's
+            // error, not the next one's.
+            self.gpu.stream.synchronize()?;
             return Ok(out);
         }
         let s = &self.gpu.stream;
@@ -38,17 +42,9 @@ impl CudaModel {
         go(b, (n as u32, 1, 1), (256, 1, 1))?;
         let mut normed = s.alloc_zeros::<f32>(n * hidden)?;
         self.norm_rows(&picked, &self.w.output_norm, &mut normed, n)?;
-        let mut xq = s.alloc_zeros::<i8>(n * hidden)?;
-        let mut xds = s.alloc_zeros::<f32>(n * hidden / 32 * 2 + 2)?;
+        let mut sc = Scratch::new(s, n, hidden)?;
         let mut logits = s.alloc_zeros::<f32>(n * vocab)?;
-        self.matmul(
-            &self.w.lm_head,
-            &normed,
-            n,
-            (&mut xq, &mut xds),
-            &mut logits,
-            vocab,
-        )?;
+        self.matmul(&self.w.lm_head, &normed, n, &mut sc, &mut logits, vocab)?;
         out.logits = s.clone_dtoh(&logits)?;
         if opts.hidden {
             out.hidden = s.clone_dtoh(&normed)?;

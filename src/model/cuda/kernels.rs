@@ -21,7 +21,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "quantize",
         text: include_str!("../../../kernels/cuda/quantize.cu"),
-        functions: &["quantize_q8_1"],
+        functions: &["quantize_q8_1", "quantize_q8_k_f32", "q8_to_f32"],
     },
     KernelSource {
         name: "qmatvec",
@@ -114,7 +114,8 @@ pub fn arch_for(major: i32, minor: i32) -> Result<&'static str, KernelCompileErr
 }
 
 /// Compile one source for `arch` and return its PTX, checked to define every function the
-/// source promises. Exact arithmetic: no fast math (it changes expf, division and denormals).
+/// source promises. Exact arithmetic: no fast math (it changes expf, division and denormals)
+/// and no contraction into FMAs.
 #[cfg(feature = "cuda")]
 pub fn compile(src: &KernelSource, arch: &'static str) -> Result<String, KernelCompileError> {
     use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
@@ -123,9 +124,12 @@ pub fn compile(src: &KernelSource, arch: &'static str) -> Result<String, KernelC
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(KernelCompileError::NoNvrtc);
     }
+    // No fused multiply-adds either: the CPU rounds each product (RoPE's a·c − b·s, the
+    // norms' x·scale·w), and NVRTC fuses by default.
     let opts = CompileOptions {
         arch: Some(arch),
         use_fast_math: Some(false),
+        fmad: Some(false),
         ..Default::default()
     };
     let ptx = compile_ptx_with_opts(src.unit(), opts).map_err(|e| {

@@ -21,6 +21,8 @@ mod gpu;
 #[cfg(feature = "cuda")]
 mod head;
 #[cfg(feature = "cuda")]
+mod matmul;
+#[cfg(feature = "cuda")]
 mod model;
 #[cfg(feature = "cuda")]
 pub mod weights;

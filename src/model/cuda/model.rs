@@ -16,6 +16,9 @@ use crate::model::{
     TargetBackend,
 };
 
+/// The widest head the attention kernel holds (`MAX_HEAD_DIM` in attention.cu).
+const MAX_HEAD_DIM: usize = 256;
+
 /// Default ceiling of the KV pool (`SPECGATE_CUDA_KV_GIB` sets another); at most half the
 /// device's free memory is taken.
 const DEFAULT_KV_GIB: f64 = 8.0;
@@ -58,6 +61,13 @@ impl CudaModel {
         let gpu = Gpu::open(ordinal)?;
         let loaded = weights::load(&gpu, path)?;
         let config = loaded.config;
+        if config.head_dim > MAX_HEAD_DIM || config.rope_dim / 2 > 1024 {
+            return Err(ModelError::Unsupported(format!(
+                "a head width of {} on CUDA (the attention kernel holds up to {MAX_HEAD_DIM})",
+                config.head_dim
+            ))
+            .into());
+        }
         let (host_ropes, rope_of_layer) =
             layer_ropes(&config, loaded.weights.rope_freqs.as_deref());
         let positions = host_ropes.iter().map(|r| r.positions()).min().unwrap_or(0);

@@ -1,7 +1,9 @@
 //! The model's weights in device memory. Q4_0, Q4_1 and Q8_0 matrices are uploaded as their
 //! GGUF bytes and run on the quantized mat-vec kernels (the same integer products as the
-//! CPU's); any other type (F32, F16, BF16, the K-quants) is dequantized once to f32 and runs
-//! on the f32 mat-vec, so every model the engine serves loads (at 4 bytes a weight).
+//! CPU's); the other types the engine serves (Q5_0, the K-quants, F16, BF16, F32) are
+//! dequantized once to f32 (4 bytes a weight) and run on the f32 mat-vec over activations
+//! rounded as the CPU rounds them for that type ([`ActQuant`]), so both devices multiply the
+//! same values. Other types are refused, as on the CPU.
 
 use std::path::Path;
 
@@ -11,6 +13,7 @@ use cudarc::driver::CudaSlice;
 use super::gpu::Gpu;
 use super::CudaError;
 use crate::model::config::ModelConfig;
+use crate::model::cpu::SUPPORTED_TYPES;
 use crate::model::gguf::{self, dequantize, LayerTensors};
 use crate::model::{GgufMetadata, ModelError};
 
@@ -21,7 +24,21 @@ pub enum Matrix {
         kernel: &'static str,
         bytes: CudaSlice<u8>,
     },
-    F32(CudaSlice<f32>),
+    F32 {
+        w: CudaSlice<f32>,
+        act: ActQuant,
+    },
+}
+
+/// How the CPU rounds the activations a weight type multiplies (kernels/src/quantize.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActQuant {
+    /// Unrounded f32 (F32, F16, BF16 weights on candle's float matmul).
+    None,
+    /// Per 32 values, d = amax / 127 through f16 (Q5_0 against q8_0 activations).
+    Q8Block32,
+    /// Per 256 values, ggml's q8_K (the K-quants).
+    Q8K,
 }
 
 /// One matrix, [out, in].
@@ -133,26 +150,28 @@ impl Uploader<'_> {
 
     fn part(&mut self, t: &QTensor) -> Result<Part, CudaLoadError> {
         let (out_dim, in_dim) = t.shape().dims2()?;
-        let kernel = match t.dtype() {
+        let dtype = t.dtype();
+        let act = activation_rule(dtype, in_dim)?;
+        let kernel = match dtype {
             GgmlDType::Q4_0 => Some("mmvq_q4_0"),
             GgmlDType::Q4_1 => Some("mmvq_q4_1"),
             GgmlDType::Q8_0 => Some("mmvq_q8_0"),
             _ => None,
         };
         let matrix = match kernel {
-            Some(kernel) if in_dim % 32 == 0 => {
+            Some(kernel) if in_dim.is_multiple_of(32) => {
                 let data = t.data()?;
                 *self.bytes += data.len();
+                let bytes = self.gpu.stream.clone_htod(&data[..]);
                 Matrix::Quant {
                     kernel,
-                    bytes: self
-                        .gpu
-                        .stream
-                        .clone_htod(&data[..])
-                        .map_err(CudaError::from)?,
+                    bytes: bytes.map_err(CudaError::from)?,
                 }
             }
-            _ => Matrix::F32(self.vector(&dequantize(t)?)?),
+            _ => Matrix::F32 {
+                w: self.vector(&dequantize(t)?)?,
+                act,
+            },
         };
         Ok(Part {
             matrix,
@@ -193,4 +212,24 @@ impl Uploader<'_> {
             post_ffn_norm: self.optional(&t.post_ffn_norm)?,
         })
     }
+}
+
+/// How the CPU rounds the activations a matrix of `dtype` multiplies (kernels/src/quantize.rs
+/// and cpu/linear.rs: our kernels where the width is whole blocks, candle's float matmul for
+/// F32, F16 and BF16); the types the CPU refuses are refused here too.
+fn activation_rule(dtype: GgmlDType, in_dim: usize) -> Result<ActQuant, ModelError> {
+    Ok(match dtype {
+        GgmlDType::Q5_0 if in_dim.is_multiple_of(32) => ActQuant::Q8Block32,
+        GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K if in_dim.is_multiple_of(256) => {
+            ActQuant::Q8K
+        }
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::Q5_0 => ActQuant::None,
+        GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => ActQuant::None,
+        GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => ActQuant::None,
+        other => {
+            return Err(ModelError::Unsupported(format!(
+                "weights of type {other:?} (supported: {SUPPORTED_TYPES})"
+            )))
+        }
+    })
 }
