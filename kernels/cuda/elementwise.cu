@@ -33,29 +33,29 @@ extern "C" __global__ void add_bias(float* x, const float* __restrict__ bias, in
         x[i] += bias[i % dim];
 }
 
-// GELU's tanh approximation as ggml's CPU backend applies it in GEGLU (Gemma), and as the
-// CPU backend does (kernels/src/gelu.rs): the input rounded to f16, gelu of that rounded to
-// f16 (ggml's table), and the bounds ±10 taken as 0 and x.
-__device__ __forceinline__ float gelu_table(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    const float h = half_to_float(float_to_half(x));
-    const float g = 0.5f * h * (1.0f + tanhf(0.7978846f * h * (1.0f + 0.044715f * h * h)));
-    return half_to_float(float_to_half(g));
-}
-
 // A gated unit over fused rows ([rows, 2 * ffn]: gate, then up): h = act(gate) * up, with
-// act SiLU (Llama, Qwen; `gelu` 0) or the f16-table GELU (Gemma; `gelu` 1). expf and tanhf,
-// not the fast-math intrinsics: those would drift further from the CPU.
+// act SiLU (Llama, Qwen; `gelu` 0) or, for Gemma (`gelu` 1), GELU as ggml's CPU backend and
+// ours apply it in GEGLU (kernels/src/gelu.rs): the input rounded to f16 and looked up in the
+// CPU's own table of gelu(x) in f16 (uploaded at load), the bounds ±10 taken as 0 and x.
+// expf, not the fast-math intrinsic: that would drift further from the CPU.
 extern "C" __global__ void gated(const float* __restrict__ gu, float* __restrict__ h, int ffn,
-                                 long n, int gelu) {
+                                 long n, int gelu, const u16* __restrict__ gelu_table) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x) {
         const long r = i / ffn;
         const int j = (int)(i % ffn);
         const float g = gu[r * 2 * ffn + j];
         const float u = gu[r * 2 * ffn + ffn + j];
-        const float a = gelu ? gelu_table(g) : g / (1.0f + expf(-g));
+        float a;
+        if (!gelu) {
+            a = g / (1.0f + expf(-g));
+        } else if (g <= -10.0f) {
+            a = 0.0f;
+        } else if (g >= 10.0f) {
+            a = g;
+        } else {
+            a = half_to_float(gelu_table[float_to_half(g)]);
+        }
         h[i] = a * u;
     }
 }

@@ -15,8 +15,9 @@ pub fn gelu_f32(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
 }
 
-/// `gelu(x)` as f16 bits for every f16 bit pattern x.
-fn table() -> &'static [u16] {
+/// `gelu(x)` as f16 bits for every f16 bit pattern x (the CUDA target uploads it, so both
+/// devices look up the same values).
+pub fn table() -> &'static [u16] {
     static TABLE: OnceLock<Vec<u16>> = OnceLock::new();
     TABLE.get_or_init(|| {
         (0..=u16::MAX)

@@ -204,7 +204,8 @@ impl CudaModel {
             .arg(&mut a.gate)
             .arg(&ffn)
             .arg(&n)
-            .arg(&gelu);
+            .arg(&gelu)
+            .arg(&self.gelu_table);
         go(b, grid_stride(rows * c.ffn), (256, 1, 1))?;
         self.linear(&w.down, Input::Gate, rows, a, Output::Proj, c.hidden)?;
         self.residual(w.post_ffn_norm.as_ref(), rows, a)

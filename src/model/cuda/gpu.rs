@@ -160,7 +160,10 @@ fn cached_ptx(
         // aside and renamed, so a server starting beside this one never reads half a file.
         let _ = p.parent().map(std::fs::create_dir_all);
         let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, &ptx).is_ok() && std::fs::rename(&tmp, p).is_err() {
+        if std::fs::write(&tmp, &ptx)
+            .and_then(|_| std::fs::rename(&tmp, p))
+            .is_err()
+        {
             let _ = std::fs::remove_file(&tmp);
         }
     }

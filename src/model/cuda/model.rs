@@ -42,6 +42,8 @@ pub struct CudaModel {
     /// Keys and values of every layer: [layers, blocks, KV_BLOCK, kv_width] f16 bits.
     pub(super) k_pool: CudaSlice<u16>,
     pub(super) v_pool: CudaSlice<u16>,
+    /// The CPU's f16 table of GELU (Gemma's GEGLU), so both devices look up the same values.
+    pub(super) gelu_table: CudaSlice<u16>,
     next_seq: u64,
 }
 
@@ -61,7 +63,7 @@ impl CudaModel {
         let gpu = Gpu::open(ordinal)?;
         let loaded = weights::load(&gpu, path)?;
         let config = loaded.config;
-        if config.head_dim > MAX_HEAD_DIM || config.rope_dim / 2 > 1024 {
+        if config.head_dim > MAX_HEAD_DIM {
             return Err(ModelError::Unsupported(format!(
                 "a head width of {} on CUDA (the attention kernel holds up to {MAX_HEAD_DIM})",
                 config.head_dim
@@ -91,6 +93,10 @@ impl CudaModel {
             .stream
             .alloc_zeros::<u16>(pool_len)
             .map_err(CudaError::from)?;
+        let gelu_table = gpu
+            .stream
+            .clone_htod(specgate_kernels::gelu::table())
+            .map_err(CudaError::from)?;
         eprintln!(
             "specgate: target on {}: weights {} MiB, KV pool {} blocks ({} tokens)",
             gpu.name,
@@ -109,6 +115,7 @@ impl CudaModel {
             seqs: HashMap::new(),
             k_pool,
             v_pool,
+            gelu_table,
             next_seq: 0,
         };
         Ok((model, loaded.metadata))
