@@ -185,6 +185,12 @@ pub fn load_of(busy: usize, slots: usize) -> Load {
     }
 }
 
+/// The KV budget admission may promise: the configured one, within a fixed pool where the
+/// target's caches live in one (a GPU's), so a pass is never refused for want of blocks.
+pub fn budget_within(budget: usize, pool: Option<usize>) -> usize {
+    pool.map_or(budget, |p| budget.min(p))
+}
+
 /// KV bytes a request reserves: its prompt, its output and one round of drafts (a round
 /// appends at most k drafts, chain or tree, before rolling back), in the target's cache
 /// (`target_per_token`) and in its drafter's, if it keeps one (a draft model).
@@ -219,6 +225,19 @@ impl EngineHandle {
         let (tx, rx) = mpsc::channel();
         let status = Arc::new(EngineStatus::default());
         status.alive.store(true, Ordering::SeqCst);
+        let mut config = config;
+        let pool = lm.model.kv_capacity_bytes(config.max_sequences);
+        let budget = budget_within(config.kv_budget_bytes, pool);
+        if budget < config.kv_budget_bytes {
+            eprintln!(
+                "specgate: the KV budget ({} MiB) is more than {}'s KV pool holds; admitting \
+                 up to {} MiB",
+                config.kv_budget_bytes >> 20,
+                lm.model.device(),
+                budget >> 20
+            );
+            config.kv_budget_bytes = budget;
+        }
         let cfg = lm.model.config();
         let kv_bytes_per_token = cfg.kv_bytes_per_token();
         let context_length = cfg.context_length;
@@ -315,5 +334,17 @@ impl EngineHandle {
     /// Stop a request and free its cache at the next step (a no-op when it already ended).
     pub fn cancel(&self, id: RequestId) {
         let _ = self.tx.send(Command::Cancel(id));
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::budget_within;
+
+    #[test]
+    fn a_fixed_pool_caps_the_kv_budget_and_host_memory_does_not() {
+        assert_eq!(budget_within(1 << 30, None), 1 << 30);
+        assert_eq!(budget_within(1 << 30, Some(256 << 20)), 256 << 20);
+        assert_eq!(budget_within(1 << 20, Some(256 << 20)), 1 << 20);
     }
 }

@@ -63,6 +63,13 @@ pub trait TargetBackend: Send {
     /// Bytes held by all KV caches (the memory budget's gauge).
     fn kv_bytes(&self) -> usize;
 
+    /// Where the caches live in a pool of fixed size (a GPU's): the KV bytes `sequences`
+    /// sequences can be promised in it, its rounding to whole blocks allowed for. None: the
+    /// caches grow in host memory as needed (the CPU).
+    fn kv_capacity_bytes(&self, _sequences: usize) -> Option<usize> {
+        None
+    }
+
     /// A copy of one layer of a sequence's cache, for tests and diagnostics (never on the
     /// hot path: a device backend copies it to the host).
     fn kv_layer(&self, seq: SeqId, layer: usize) -> Option<KvLayer>;
@@ -128,6 +135,10 @@ impl<B: TargetBackend + ?Sized> TargetBackend for Box<B> {
 
     fn kv_bytes(&self) -> usize {
         (**self).kv_bytes()
+    }
+
+    fn kv_capacity_bytes(&self, sequences: usize) -> Option<usize> {
+        (**self).kv_capacity_bytes(sequences)
     }
 
     fn kv_layer(&self, seq: SeqId, layer: usize) -> Option<KvLayer> {

@@ -223,6 +223,12 @@ impl TargetBackend for CudaModel {
         held * block_bytes(&self.config)
     }
 
+    fn kv_capacity_bytes(&self, sequences: usize) -> Option<usize> {
+        // Each sequence may leave up to one block of every layer part-filled.
+        let blocks = self.pool.capacity().saturating_sub(sequences);
+        Some(blocks * block_bytes(&self.config))
+    }
+
     fn kv_layer(&self, seq: SeqId, layer: usize) -> Option<KvLayer> {
         let cache = self.seqs.get(&seq)?;
         if layer >= self.config.n_layers {
