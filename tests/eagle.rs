@@ -142,6 +142,8 @@ fn train_eagle_writes_a_layer_that_loads_and_drafts_exactly() {
         "120",
         "--max-new-tokens",
         "24",
+        "--sampled-variants",
+        "1",
         "--steps",
         "3",
         "--batch",
@@ -158,6 +160,8 @@ fn train_eagle_writes_a_layer_that_loads_and_drafts_exactly() {
             .unwrap();
     assert_eq!(report["steps"], 3);
     assert!(report["held_out_sequences"].as_u64().unwrap() >= 1);
+    // 15 prompts, 2 held out: a sampled-prefix variant beside each of the 13 greedy ones.
+    assert!(report["train_sequences"].as_u64().unwrap() > 13, "{report}");
     eagle_bundle::load(&out_dir, &model).expect("the new layer loads");
     // Barely trained, its drafts are mostly rejected: output is still plain's.
     let mut guard = common::model();

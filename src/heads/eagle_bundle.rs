@@ -70,6 +70,36 @@ pub struct EagleConfig {
 }
 
 impl EagleConfig {
+    /// A layer of `shape` for the target at `target` (named and hashed here), calibrated as
+    /// given; `init_layer` is the target layer it started from.
+    pub fn new(
+        shape: EagleShape,
+        vocab_size: usize,
+        target: &Path,
+        init_layer: usize,
+        temperatures: Vec<f32>,
+        coverage: f32,
+    ) -> Result<Self, MedusaError> {
+        Ok(Self {
+            format: FORMAT.into(),
+            hidden_size: shape.hidden,
+            heads: shape.heads,
+            kv_heads: shape.kv_heads,
+            head_dim: shape.head_dim,
+            ffn: shape.ffn,
+            rope_base: shape.rope_base,
+            rms_eps: shape.rms_eps,
+            vocab_size,
+            target: target
+                .file_name()
+                .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
+            target_sha256: sha256_of(target)?,
+            init_layer,
+            temperatures,
+            coverage: Some(coverage),
+        })
+    }
+
     pub fn shape(&self) -> EagleShape {
         EagleShape {
             hidden: self.hidden_size,

@@ -1,16 +1,17 @@
 //! The EAGLE draft layer under training (candle autograd), on whole generated sequences.
 //!
-//! Two unrolled steps per position (EAGLE-3's "training-time test", cut to two):
+//! Unrolled steps per position (EAGLE-3's "training-time test"):
 //! - step 1 reads the target's true features: position j gets (h_j, t_j) and learns t_{j+1},
 //!   with causal attention over the sequence's earlier positions;
-//! - step 2 reads what drafting reads one place further: position j gets the layer's own
-//!   step-1 output at j − 1 (its guess at h_j) with the true t_j, attends to the true
-//!   positions before j and to itself, and learns t_{j+1} too.
+//! - step s ≥ 2 reads what drafting reads s − 1 places further: position j gets the layer's
+//!   own step-(s − 1) output at j − 1 with the true t_j, attends to the true positions up to
+//!   j − s + 1, to the path's drafted rows between and to itself, and learns t_{j+1} too.
 //!
-//! Without step 2 the layer never sees its own outputs as input, and every draft after the
-//! first would read features unlike any it was trained on. Initialised from the target's last
-//! layer with O and DOWN zeroed and FC = [I, 0], it starts as a pass-through of h_j (so its
-//! first guess is the target's own next token given h_j, the hidden state's argmax).
+//! Without the later steps the layer never sees its own outputs as input, and every draft
+//! after the first would read features unlike any it was trained on. Initialised from the
+//! target's last layer with O and DOWN zeroed and FC = [I, 0], it starts as a pass-through of
+//! h_j (so its first guess is the target's own next token given h_j, the hidden state's
+//! argmax).
 
 use std::path::Path;
 
@@ -18,8 +19,9 @@ use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device, Tensor, Var, D};
 use specgate_strategies::eagle::{rope_angles, EagleShape, EagleWeights};
 
-use crate::heads::eagle_data::EagleSequence;
-use crate::heads::trainer::{masked_cross_entropy, FrozenHead};
+use crate::heads::eagle_data::{self, EagleSequence};
+use crate::heads::eagle_loss::{self, LossWeights};
+use crate::heads::trainer::FrozenHead;
 use crate::heads::training::TrainError;
 
 /// The layer's variables, in the order of [`EagleShape::tensors`].
@@ -29,11 +31,13 @@ pub struct EagleTrainee {
 }
 
 /// One sequence's inputs: true features [n, hidden], token embeddings [n, hidden], labels'
-/// columns [n] (label j is t_{j+1}).
+/// columns [n] (label j is t_{j+1}) and the features that produced them [n, hidden] (next j
+/// is h_{j+1}, what step 1 at j guesses).
 pub struct SeqInputs {
     h: Tensor,
     e: Tensor,
     labels: Vec<u32>,
+    next: Tensor,
 }
 
 fn rms(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor, TrainError> {
@@ -153,14 +157,6 @@ impl EagleTrainee {
         })
     }
 
-    /// Both steps' output features for true features `h` and token embeddings `e` ([n,
-    /// hidden] each): ([n, hidden], [n − 1, hidden]).
-    pub fn features(&self, h: &Tensor, e: &Tensor) -> Result<(Tensor, Tensor), TrainError> {
-        let one = self.step1(h, e)?;
-        let two = self.step2(&one, e)?;
-        Ok((one.f, two))
-    }
-
     pub fn vars(&self) -> Vec<Var> {
         self.vars.clone()
     }
@@ -256,54 +252,110 @@ impl EagleTrainee {
         })
     }
 
-    /// Step 2 at positions 1..n: the step-1 output at j − 1 as the feature, true tokens;
-    /// attention over step 1's keys before j and the row's own key.
-    fn step2(&self, one: &StepOut, e: &Tensor) -> Result<Tensor, TrainError> {
+    /// Step s ≥ 2 (`prior` holds steps 1..s − 1) at positions s − 1..n: the previous step's
+    /// output one place before as the feature, the true token; attention over step 1's keys
+    /// up to the last true position, each later step's key on the path, and the row's own —
+    /// what the drafter's depth-s row attends to in the tree.
+    fn step_after(&self, prior: &[StepOut], e: &Tensor) -> Result<StepOut, TrainError> {
         let s = &self.shape;
         let n = e.dims()[0];
-        let m = n - 1;
-        let g = one.f.narrow(0, 0, m)?;
-        let (x, q, k2, v2) = self.qkv(&g, &e.narrow(0, 1, m)?, 1)?;
+        let depth = prior.len(); // this step reads step `depth`'s output
+        let m = n - depth;
+        let one = &prior[0];
+        let g = prior[depth - 1].f.narrow(0, 0, m)?;
+        let (x, q, k_own, v_own) = self.qkv(&g, &e.narrow(0, depth, m)?, depth)?;
         let rep = s.heads / s.kv_heads;
         let q = q.reshape((s.kv_heads, rep * m, s.head_dim))?;
-        // Query i (position i + 1) sees step-1 keys 0..=i.
+        // Row i (position i + depth) sees the true keys 0..=i.
         let scores = q
             .matmul(&one.k.transpose(1, 2)?.contiguous()?)?
-            .reshape((s.kv_heads, rep, m, n))?;
-        let scores = scores.broadcast_add(&causal_mask(m, n)?)?;
-        let own = (q
-            .reshape((s.kv_heads, rep, m, s.head_dim))?
-            .broadcast_mul(&k2.unsqueeze(1)?)?)
-        .sum_keepdim(D::Minus1)?; // [kv, rep, m, 1]
-        let p = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &own], 3)?)?;
-        let p_past = p.narrow(3, 0, n)?.reshape((s.kv_heads, rep * m, n))?;
-        let p_own = p.narrow(3, n, 1)?; // [kv, rep, m, 1]
-        let att = (p_past
+            .reshape((s.kv_heads, rep, m, n))?
+            .broadcast_add(&causal_mask(m, n)?)?;
+        let q4 = q.reshape((s.kv_heads, rep, m, s.head_dim))?;
+        // The path's drafted rows: step r's row i sits at position i + r − 1.
+        let path: Vec<(Tensor, Tensor)> = prior[1..]
+            .iter()
+            .map(|p| Ok((p.k.narrow(1, 0, m)?, p.v.narrow(1, 0, m)?)))
+            .chain(std::iter::once(Ok((k_own.clone(), v_own.clone()))))
+            .collect::<Result<_, TrainError>>()?;
+        let mut parts = vec![scores];
+        for (k, _) in &path {
+            parts.push(q4.broadcast_mul(&k.unsqueeze(1)?)?.sum_keepdim(D::Minus1)?);
+        }
+        let p = candle_nn::ops::softmax_last_dim(&Tensor::cat(&parts, 3)?)?;
+        let p_true = p.narrow(3, 0, n)?.reshape((s.kv_heads, rep * m, n))?;
+        let mut att = p_true
             .matmul(&one.v)?
-            .reshape((s.kv_heads, rep, m, s.head_dim))?
-            + p_own.broadcast_mul(&v2.unsqueeze(1)?)?)?
-        .reshape((s.heads, m, s.head_dim))?;
-        self.finish(&x, &att)
+            .reshape((s.kv_heads, rep, m, s.head_dim))?;
+        for (i, (_, v)) in path.iter().enumerate() {
+            att = (att + p.narrow(3, n + i, 1)?.broadcast_mul(&v.unsqueeze(1)?)?)?;
+        }
+        let att = att.reshape((s.heads, m, s.head_dim))?;
+        Ok(StepOut {
+            f: self.finish(&x, &att)?,
+            k: k_own,
+            v: v_own,
+        })
     }
 
-    /// Logits of both steps: ([n, draft vocab], [n − 1, draft vocab]).
+    /// Every step's output features, steps 1..=`steps` (step s has n − s + 1 rows).
+    fn unrolled(&self, h: &Tensor, e: &Tensor, steps: usize) -> Result<Vec<StepOut>, TrainError> {
+        let n = e.dims()[0];
+        let mut out = vec![self.step1(h, e)?];
+        while out.len() < steps.min(n) {
+            let next = self.step_after(&out, e)?;
+            out.push(next);
+        }
+        Ok(out)
+    }
+
+    /// Output features of steps 1..=`steps` for true features `h` and token embeddings `e`
+    /// ([n, hidden] each): step s gives [n − s + 1, hidden].
+    pub fn features(
+        &self,
+        h: &Tensor,
+        e: &Tensor,
+        steps: usize,
+    ) -> Result<Vec<Tensor>, TrainError> {
+        Ok(self
+            .unrolled(h, e, steps)?
+            .into_iter()
+            .map(|s| s.f)
+            .collect())
+    }
+
+    /// Logits of the first two steps: ([n, draft vocab], [n − 1, draft vocab]).
     pub fn logits(
         &self,
         x: &SeqInputs,
         frozen: &FrozenHead,
     ) -> Result<(Tensor, Tensor), TrainError> {
-        let one = self.step1(&x.h, &x.e)?;
-        let two = self.step2(&one, &x.e)?;
+        let f = self.features(&x.h, &x.e, 2)?;
         let lm = frozen.lm.t()?;
-        Ok((one.f.matmul(&lm)?, two.matmul(&lm)?))
+        let two = f
+            .get(1)
+            .ok_or_else(|| TrainError::Data("a one-token sequence".into()))?;
+        Ok((f[0].matmul(&lm)?, two.matmul(&lm)?))
     }
 
-    /// The loss of one sequence: both steps' cross-entropy, equally weighted.
-    pub fn loss(&self, x: &SeqInputs, frozen: &FrozenHead) -> Result<Tensor, TrainError> {
-        let (l1, l2) = self.logits(x, frozen)?;
-        let a = masked_cross_entropy(&l1, &x.labels)?;
-        let b = masked_cross_entropy(&l2, &x.labels[1..])?;
-        Ok((a + b)?)
+    /// The loss of one sequence over `steps` unrolled steps, equally weighted: cross-entropy on the target's
+    /// tokens, plus (as `weights` say) the target's whole distribution there and its next
+    /// hidden state (see [`crate::heads::eagle_loss`]).
+    pub fn loss(
+        &self,
+        x: &SeqInputs,
+        frozen: &FrozenHead,
+        weights: LossWeights,
+        steps: usize,
+    ) -> Result<Tensor, TrainError> {
+        let mut total = Tensor::zeros((), DType::F32, &Device::Cpu)?;
+        for (skip, f) in self.features(&x.h, &x.e, steps)?.iter().enumerate() {
+            let n = f.dims()[0];
+            let target = x.next.narrow(0, skip, n)?;
+            let part = eagle_loss::step_loss(f, &target, &x.labels[skip..], frozen, weights)?;
+            total = (total + part)?;
+        }
+        Ok(total)
     }
 }
 
@@ -317,8 +369,14 @@ impl SeqInputs {
         let d = s.hidden.len() / s.tokens.len();
         let h = Tensor::from_slice(&s.hidden[..n * d], (n, d), &Device::Cpu)?;
         let e = frozen.embed(&s.tokens[..n])?;
-        let labels = s.tokens[1..=n].iter().map(|&t| frozen.column(t)).collect();
-        Ok(Some(Self { h, e, labels }))
+        let next = Tensor::from_slice(&s.hidden[d..(n + 1) * d], (n, d), &Device::Cpu)?;
+        // A sampled token is no label (the column past the vocabulary: masked); its
+        // position still teaches the target's distribution and next hidden state.
+        let labels = eagle_data::labels(s)
+            .into_iter()
+            .map(|t| t.map_or(u32::MAX, |t| frozen.column(t)))
+            .collect();
+        Ok(Some(Self { h, e, labels, next }))
     }
 
     pub fn labels(&self) -> &[u32] {
@@ -326,30 +384,52 @@ impl SeqInputs {
     }
 }
 
-/// Held-out top-1 accuracy of both steps: (step 1, step 2, both right at a position).
+/// Steps whose held-out accuracy training reports.
+pub const MEASURED_STEPS: usize = 3;
+
+/// Held-out top-1 per step, and of chains: `chain[s]` is the share of positions where steps
+/// 1..=s + 1 all guessed right (a drafted chain of s + 1 accepted), `top1[s]` step s + 1 alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Accuracy {
+    pub top1: [f64; MEASURED_STEPS],
+    pub chain: [f64; MEASURED_STEPS],
+}
+
+/// Held-out accuracy over `seqs`, every position weighed alike.
 pub fn accuracy(
     t: &EagleTrainee,
-    seqs: &[SeqInputs],
+    seqs: &[&SeqInputs],
     frozen: &FrozenHead,
-) -> Result<(f64, f64, f64), TrainError> {
-    let (mut one, mut two, mut both, mut count) = (0usize, 0usize, 0usize, 0usize);
+) -> Result<Accuracy, TrainError> {
+    let lm = frozen.lm.t()?;
+    let (mut right, mut chains, mut count) = ([0usize; 3], [0usize; 3], 0usize);
     for x in seqs {
-        let (l1, l2) = t.logits(x, frozen)?;
-        let a1: Vec<u32> = l1.argmax(1)?.to_vec1()?;
-        let a2: Vec<u32> = l2.argmax(1)?.to_vec1()?;
-        // Position j's step-1 guess is t_{j+1}; a chain of two is right when step 1 at j and
-        // step 2 at j + 1 (reading step 1's output) both are.
-        for j in 0..a2.len() {
+        let f = t.features(&x.h, &x.e, MEASURED_STEPS)?;
+        if f.len() < MEASURED_STEPS {
+            continue;
+        }
+        let guesses = f
+            .iter()
+            .map(|f| Ok(f.matmul(&lm)?.argmax(1)?.to_vec1::<u32>()?))
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        // Row j of step s guesses t_{j+s}, label j + s − 1; a chain starts at step 1's row j
+        // and goes on with each later step's row j.
+        for j in 0..guesses[MEASURED_STEPS - 1].len() {
             count += 1;
-            let r1 = a1[j] == x.labels[j];
-            let r2 = a2[j] == x.labels[j + 1];
-            one += usize::from(r1);
-            two += usize::from(r2);
-            both += usize::from(r1 && r2);
+            let mut whole = true;
+            for (s, g) in guesses.iter().enumerate() {
+                let ok = g[j] == x.labels[j + s];
+                right[s] += usize::from(ok);
+                whole &= ok;
+                chains[s] += usize::from(whole);
+            }
         }
     }
     let c = count.max(1) as f64;
-    Ok((one as f64 / c, two as f64 / c, both as f64 / c))
+    Ok(Accuracy {
+        top1: right.map(|r| r as f64 / c),
+        chain: chains.map(|r| r as f64 / c),
+    })
 }
 
 #[cfg(test)]

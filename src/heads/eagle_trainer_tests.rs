@@ -53,20 +53,21 @@ fn close(a: &[f32], b: &[f32], what: &str) {
 }
 
 #[test]
-fn both_training_steps_compute_what_drafting_computes() {
+fn every_training_step_computes_what_drafting_computes() {
     let w = weights();
     let trainee = EagleTrainee::from_weights(&w).expect("weights");
     let head = EagleHead::new(w);
     let n = 6;
     let (h, e) = (values(n * D, 7, 1.0), values(n * D, 8, 1.0));
-    let (f1, f2) = trainee
+    let steps = trainee
         .features(
             &Tensor::from_slice(&h, (n, D), &Device::Cpu).unwrap(),
             &Tensor::from_slice(&e, (n, D), &Device::Cpu).unwrap(),
+            3,
         )
         .expect("features");
-    let f1: Vec<f32> = f1.flatten_all().unwrap().to_vec1().unwrap();
-    let f2: Vec<f32> = f2.flatten_all().unwrap().to_vec1().unwrap();
+    let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+    let (f1, f2, f3) = (flat(&steps[0]), flat(&steps[1]), flat(&steps[2]));
     // Step 1 is the drafter reading the true rows (causal, all at once).
     let rows: Vec<LayerRow<'_>> = (0..n)
         .map(|p| LayerRow {
@@ -86,7 +87,9 @@ fn both_training_steps_compute_what_drafting_computes() {
         );
     }
     // Step 2 at position j is the drafter's next step after reading rows 0..j: its own
-    // output at j − 1 as the feature, over the cache of the true rows before j.
+    // output at j − 1 as the feature, over the cache of the true rows before j. Step 3 at j + 1
+    // is the step after that: step 2's output as the feature, the same cache and step 2's
+    // row (a tree's depth-2 node) as its ancestor.
     for j in 1..n {
         let cache = KvRows {
             k: out.kv.k[..j * head.shape.kv_dim()].to_vec(),
@@ -100,5 +103,19 @@ fn both_training_steps_compute_what_drafting_computes() {
         };
         let next = head.forward(&[row], &cache, &empty, false);
         close(&next.f, &f2[(j - 1) * D..j * D], &format!("step 2 @{j}"));
+        if j + 1 < n {
+            let row = LayerRow {
+                h: &next.f,
+                e: Some(&e[(j + 1) * D..(j + 2) * D]),
+                pos: j + 1,
+                sees: &[0],
+            };
+            let third = head.forward(&[row], &cache, &next.kv, false);
+            close(
+                &third.f,
+                &f3[(j - 1) * D..j * D],
+                &format!("step 3 @{}", j + 1),
+            );
+        }
     }
 }

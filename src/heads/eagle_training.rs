@@ -10,7 +10,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::heads::eagle_trainer::{accuracy, EagleTrainee, SeqInputs};
+use crate::heads::eagle_loss::LossWeights;
+use crate::heads::eagle_trainer::{accuracy, Accuracy, EagleTrainee, SeqInputs};
 use crate::heads::trainer::FrozenHead;
 use crate::heads::training::TrainError;
 
@@ -22,10 +23,13 @@ pub struct EagleSchedule {
     pub lr: f64,
     pub seed: u64,
     pub eval_every: usize,
+    pub loss: LossWeights,
+    /// Steps unrolled per position (the training-time test's depth), at least 1.
+    pub unroll: usize,
 }
 
-/// What training measured: held-out top-1 of the first draft (step 1), of the second reading
-/// the layer's own output (step 2), and of both together (a chain of two right).
+/// What training measured: held-out top-1 of the first three drafts (each later one reading
+/// the layer's own output) and of chains of them (see [`Accuracy`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct EagleReport {
     pub train_sequences: usize,
@@ -34,13 +38,15 @@ pub struct EagleReport {
     pub steps: usize,
     pub batch: usize,
     pub lr: f64,
+    /// Weights of the distribution and hidden-state terms beside the token term.
+    pub loss_distribution: f64,
+    pub loss_hidden: f64,
+    pub unroll: usize,
     pub seconds_data: f64,
     pub seconds_training: f64,
-    pub initial_top1: [f64; 3],
+    pub initial: Accuracy,
     pub final_loss: f32,
-    pub held_out_top1_step1: f64,
-    pub held_out_top1_step2: f64,
-    pub held_out_chain_of_two: f64,
+    pub held_out: Accuracy,
     pub log: Vec<String>,
 }
 
@@ -55,9 +61,9 @@ pub fn train(
     log: &mut dyn FnMut(&str),
 ) -> Result<EagleReport, TrainError> {
     let quick: Vec<&SeqInputs> = held.iter().step_by(4).collect();
-    let quick_acc = |t: &EagleTrainee| accuracy_of(t, &quick, frozen);
+    let quick_acc = |t: &EagleTrainee| accuracy(t, &quick, frozen);
     let initial = quick_acc(t)?;
-    let mut lines = vec![format!("initial (quick held-out) top-1 {initial:.3?}")];
+    let mut lines = vec![format!("initial (quick held-out) {}", brief(&initial))];
     log(&lines[0]);
     let mut opt = AdamW::new(
         t.vars(),
@@ -82,7 +88,7 @@ pub fn train(
         let mut loss = Tensor::zeros((), DType::F32, &Device::Cpu)?;
         for _ in 0..sch.batch {
             let Some(i) = order.pop() else { break };
-            loss = (loss + t.loss(&train[i], frozen)?)?;
+            loss = (loss + t.loss(&train[i], frozen, sch.loss, sch.unroll)?)?;
         }
         let loss = (loss / sch.batch as f64)?;
         opt.backward_step(&loss)?;
@@ -90,8 +96,9 @@ pub fn train(
         if (step + 1) % sch.eval_every.max(1) == 0 || step + 1 == sch.steps {
             let a = quick_acc(t)?;
             let line = format!(
-                "step {} loss {last:.4} quick held-out top-1 {a:.3?} ({:.0} s)",
+                "step {} loss {last:.4} quick held-out {} ({:.0} s)",
                 step + 1,
+                brief(&a),
                 started.elapsed().as_secs_f64()
             );
             log(&line);
@@ -99,7 +106,8 @@ pub fn train(
         }
     }
     let seconds_training = started.elapsed().as_secs_f64();
-    let (s1, s2, both) = accuracy(t, held, frozen)?;
+    let all: Vec<&SeqInputs> = held.iter().collect();
+    let held_out = accuracy(t, &all, frozen)?;
     Ok(EagleReport {
         train_sequences: train.len(),
         held_out_sequences: held.len(),
@@ -107,37 +115,24 @@ pub fn train(
         steps: sch.steps,
         batch: sch.batch,
         lr: sch.lr,
+        loss_distribution: sch.loss.distribution,
+        loss_hidden: sch.loss.hidden,
+        unroll: sch.unroll,
         seconds_data: 0.0,
         seconds_training,
-        initial_top1: [initial.0, initial.1, initial.2],
+        initial,
         final_loss: last,
-        held_out_top1_step1: s1,
-        held_out_top1_step2: s2,
-        held_out_chain_of_two: both,
+        held_out,
         log: lines,
     })
 }
 
-fn accuracy_of(
-    t: &EagleTrainee,
-    seqs: &[&SeqInputs],
-    frozen: &FrozenHead,
-) -> Result<(f64, f64, f64), TrainError> {
-    // `accuracy` weighs positions, so a subset is measured by merging its counts.
-    let mut acc = (0.0, 0.0, 0.0);
-    let mut total = 0usize;
-    for x in seqs {
-        let n = x.labels().len().saturating_sub(1);
-        let (a, b, c) = accuracy(t, std::slice::from_ref(*x), frozen)?;
-        acc = (
-            acc.0 + a * n as f64,
-            acc.1 + b * n as f64,
-            acc.2 + c * n as f64,
-        );
-        total += n;
-    }
-    let t = total.max(1) as f64;
-    Ok((acc.0 / t, acc.1 / t, acc.2 / t))
+/// "top-1 a/b/c, chains b/c" for a log line.
+pub fn brief(a: &Accuracy) -> String {
+    format!(
+        "top-1 {:.3}/{:.3}/{:.3}, chains of 2/3 {:.3}/{:.3}",
+        a.top1[0], a.top1[1], a.top1[2], a.chain[1], a.chain[2]
+    )
 }
 
 /// Calibration fitted on held-out sequences (up to `positions` of them): the temperature of

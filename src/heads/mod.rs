@@ -7,6 +7,7 @@ pub mod calibration;
 pub mod draft_vocab;
 pub mod eagle_bundle;
 pub mod eagle_data;
+pub mod eagle_loss;
 pub mod eagle_trainer;
 pub mod eagle_training;
 pub mod trainer;
