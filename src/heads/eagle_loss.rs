@@ -22,14 +22,6 @@ pub struct LossWeights {
     pub hidden: f64,
 }
 
-impl LossWeights {
-    /// The token term alone (the first shipped layer's recipe).
-    pub const TOKENS: Self = Self {
-        distribution: 0.0,
-        hidden: 0.0,
-    };
-}
-
 /// One step's loss over its positions: `f` the layer's output features [n, hidden], `next`
 /// the target's features that produced the labels [n, hidden], `labels` their columns [n].
 pub fn step_loss(

@@ -402,7 +402,8 @@ pub fn accuracy(
     frozen: &FrozenHead,
 ) -> Result<Accuracy, TrainError> {
     let lm = frozen.lm.t()?;
-    let (mut right, mut chains, mut count) = ([0usize; 3], [0usize; 3], 0usize);
+    let (mut right, mut chains, mut count) =
+        ([0usize; MEASURED_STEPS], [0usize; MEASURED_STEPS], 0usize);
     for x in seqs {
         let f = t.features(&x.h, &x.e, MEASURED_STEPS)?;
         if f.len() < MEASURED_STEPS {
