@@ -163,6 +163,42 @@ fn train_eagle_writes_a_layer_that_loads_and_drafts_exactly() {
     // 15 prompts, 2 held out: a sampled-prefix variant beside each of the 13 greedy ones.
     assert!(report["train_sequences"].as_u64().unwrap() > 13, "{report}");
     eagle_bundle::load(&out_dir, &model).expect("the new layer loads");
+    // Resumed for no steps, the layer is written back unchanged: resume starts from its
+    // weights, not the target's layer.
+    let again = dir.path().join("again");
+    let (code, _, err) = common::specgate(&[
+        "train-eagle",
+        "--model",
+        model.to_str().unwrap(),
+        "--every",
+        "120",
+        "--max-new-tokens",
+        "24",
+        "--sampled-variants",
+        "1",
+        "--steps",
+        "0",
+        "--work",
+        work.to_str().unwrap(),
+        "--resume",
+        out_dir.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let resumed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("report.json")).unwrap()).unwrap();
+    assert_eq!(resumed["resumed_from"], out_dir.to_str().unwrap());
+    let weights = |d: &std::path::Path| {
+        let cfg = eagle_bundle::read_config(d, &model).expect("config");
+        eagle_bundle::load_weights(d, &cfg)
+            .expect("weights")
+            .tensors
+    };
+    assert!(
+        weights(&again) == weights(&out_dir),
+        "resume changed the layer"
+    );
     // Barely trained, its drafts are mostly rejected: output is still plain's.
     let mut guard = common::model();
     let lm = &mut *guard;

@@ -78,6 +78,11 @@ pub struct TrainEagleArgs {
     /// the held-out continuations, and rewrite its eagle.json; the weights stay.
     #[arg(long)]
     calibrate_only: bool,
+    /// Start from this trained layer (a directory holding eagle.json and eagle.safetensors for
+    /// the same target) instead of the target's last decoder layer: more steps, other
+    /// prompts (a tenant's own), or more data on top of the shipped layer.
+    #[arg(long)]
+    resume: Option<PathBuf>,
 }
 
 /// Held-out positions the calibration is fitted on (as the Medusa heads' 4096 pairs).
@@ -158,8 +163,18 @@ pub fn run(model: PathBuf, args: TrainEagleArgs) -> Result<()> {
         eagle_bundle::write_config(&out, &config)?;
         return Ok(());
     }
-    let init_layer = cfg.n_layers.saturating_sub(1);
-    let trainee = EagleTrainee::from_target(&model, shape, init_layer)?;
+    let (trainee, init_layer) = match &args.resume {
+        Some(dir) => {
+            let from = eagle_bundle::read_config(dir, &model)?;
+            let weights = eagle_bundle::load_weights(dir, &from)?;
+            writeln!(log, "resuming from {}", dir.display())?;
+            (EagleTrainee::from_weights(&weights)?, from.init_layer)
+        }
+        None => {
+            let layer = cfg.n_layers.saturating_sub(1);
+            (EagleTrainee::from_target(&model, shape, layer)?, layer)
+        }
+    };
     let schedule = EagleSchedule {
         steps: args.steps,
         batch: args.batch,
@@ -176,6 +191,7 @@ pub fn run(model: PathBuf, args: TrainEagleArgs) -> Result<()> {
         eprintln!("{l}")
     })?;
     report.seconds_data = seconds_data;
+    report.resumed_from = args.resume.as_ref().map(|d| d.display().to_string());
     let (temperatures, coverage) =
         eagle_training::calibrate(&trainee, &held, &frozen, CALIBRATION_POSITIONS)?;
     writeln!(

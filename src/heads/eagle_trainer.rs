@@ -393,7 +393,13 @@ pub const MEASURED_STEPS: usize = 3;
 pub struct Accuracy {
     pub top1: [f64; MEASURED_STEPS],
     pub chain: [f64; MEASURED_STEPS],
+    /// The first draft's top-1 by how far into the reply its position lies (the layer reads
+    /// only generated rows, so early positions have little context): see [`POSITION_BUCKETS`].
+    pub first_by_position: [f64; POSITION_BUCKETS.len()],
 }
+
+/// Generated positions [from, to) the first draft's top-1 is also counted in.
+pub const POSITION_BUCKETS: [(usize, usize); 3] = [(0, 8), (8, 32), (32, usize::MAX)];
 
 /// Held-out accuracy over `seqs`, every position weighed alike.
 pub fn accuracy(
@@ -404,6 +410,7 @@ pub fn accuracy(
     let lm = frozen.lm.t()?;
     let (mut right, mut chains, mut count) =
         ([0usize; MEASURED_STEPS], [0usize; MEASURED_STEPS], 0usize);
+    let mut by_position = [(0usize, 0usize); POSITION_BUCKETS.len()]; // (right, count)
     for x in seqs {
         let f = t.features(&x.h, &x.e, MEASURED_STEPS)?;
         if f.len() < MEASURED_STEPS {
@@ -424,12 +431,20 @@ pub fn accuracy(
                 whole &= ok;
                 chains[s] += usize::from(whole);
             }
+            if let Some(b) = POSITION_BUCKETS
+                .iter()
+                .position(|&(a, z)| (a..z).contains(&j))
+            {
+                by_position[b].0 += usize::from(guesses[0][j] == x.labels[j]);
+                by_position[b].1 += 1;
+            }
         }
     }
     let c = count.max(1) as f64;
     Ok(Accuracy {
         top1: right.map(|r| r as f64 / c),
         chain: chains.map(|r| r as f64 / c),
+        first_by_position: by_position.map(|(r, n)| r as f64 / n.max(1) as f64),
     })
 }
 

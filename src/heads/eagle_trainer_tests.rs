@@ -119,3 +119,58 @@ fn every_training_step_computes_what_drafting_computes() {
         }
     }
 }
+
+#[test]
+fn accuracy_counts_steps_chains_and_positions_against_the_labels() {
+    use super::{accuracy, SeqInputs, MEASURED_STEPS};
+    use crate::heads::draft_vocab::DraftVocab;
+    use crate::heads::trainer::FrozenHead;
+
+    let vocab = 40;
+    let lm = Tensor::from_vec(values(vocab * D, 99, 1.0), (vocab, D), &Device::Cpu).unwrap();
+    let frozen = FrozenHead::new(lm, vocab, &DraftVocab::first(vocab)).unwrap();
+    let trainee = EagleTrainee::from_weights(&weights()).unwrap();
+    let n = 44; // positions 0..42 are measured (each needs three labels from it on)
+    let seq = crate::heads::eagle_data::EagleSequence {
+        prompt: 0,
+        tokens: (0..=n as u32).map(|i| i * 7 % vocab as u32).collect(),
+        hidden: values((n + 1) * D, 5, 1.0),
+        greedy_from: 0,
+    };
+    let mut x = SeqInputs::of(&seq, &frozen).unwrap().expect("long enough");
+    // The labels are the layer's own first guesses at positions 0..8 and 32.., and no token
+    // (the masked column) elsewhere.
+    let lmt = frozen.lm.t().unwrap();
+    let f = trainee.features(&x.h, &x.e, MEASURED_STEPS).unwrap();
+    let g: Vec<Vec<u32>> = f
+        .iter()
+        .map(|f| {
+            f.matmul(&lmt)
+                .unwrap()
+                .argmax(1)
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        })
+        .collect();
+    let measured = n - MEASURED_STEPS + 1;
+    x.labels = vec![u32::MAX; n];
+    for j in (0..8).chain(32..measured) {
+        x.labels[j] = g[0][j];
+    }
+    let a = accuracy(&trainee, &[&x], &frozen).unwrap();
+    let m = measured as f64;
+    assert!(
+        (a.top1[0] - (8 + measured - 32) as f64 / m).abs() < 1e-9,
+        "{a:?}"
+    );
+    assert_eq!(a.first_by_position, [1.0, 0.0, 1.0], "{a:?}");
+    // Step s at position j guesses label j + s; a chain of two needs both steps right.
+    let right = |s: usize, j: usize| g[s][j] == x.labels[j + s];
+    let chain2 = (0..measured)
+        .filter(|&j| right(0, j) && right(1, j))
+        .count();
+    let step2 = (0..measured).filter(|&j| right(1, j)).count();
+    assert!((a.chain[1] - chain2 as f64 / m).abs() < 1e-9, "{a:?}");
+    assert!((a.top1[1] - step2 as f64 / m).abs() < 1e-9, "{a:?}");
+}

@@ -42,6 +42,9 @@ pub struct EagleReport {
     pub loss_distribution: f64,
     pub loss_hidden: f64,
     pub unroll: usize,
+    /// The trained layer training started from (`--resume`), if not the target's layer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
     pub seconds_data: f64,
     pub seconds_training: f64,
     pub initial: Accuracy,
@@ -118,6 +121,7 @@ pub fn train(
         loss_distribution: sch.loss.distribution,
         loss_hidden: sch.loss.hidden,
         unroll: sch.unroll,
+        resumed_from: None,
         seconds_data: 0.0,
         seconds_training,
         initial,
@@ -127,11 +131,13 @@ pub fn train(
     })
 }
 
-/// "top-1 a/b/c, chains b/c" for a log line.
+/// "top-1 a/b/c, chains b/c, first draft by position x/y/z" for a log line.
 pub fn brief(a: &Accuracy) -> String {
+    let p = a.first_by_position;
     format!(
-        "top-1 {:.3}/{:.3}/{:.3}, chains of 2/3 {:.3}/{:.3}",
-        a.top1[0], a.top1[1], a.top1[2], a.chain[1], a.chain[2]
+        "top-1 {:.3}/{:.3}/{:.3}, chains of 2/3 {:.3}/{:.3}, first draft at positions \
+         0-7/8-31/32+ {:.3}/{:.3}/{:.3}",
+        a.top1[0], a.top1[1], a.top1[2], a.chain[1], a.chain[2], p[0], p[1], p[2]
     )
 }
 
