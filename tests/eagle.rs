@@ -134,22 +134,29 @@ fn train_eagle_writes_a_layer_that_loads_and_drafts_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("eagle");
     let work = dir.path().join("work");
-    let (code, _, err) = common::specgate(&[
-        "train-eagle",
-        "--model",
-        model.to_str().unwrap(),
-        "--every",
-        "120",
-        "--max-new-tokens",
-        "24",
-        "--sampled-variants",
-        "1",
+    // 15 of the training prompts, 24 tokens each, data kept in `work` for the second run.
+    let train = |more: &[&str]| {
+        let mut args = vec![
+            "train-eagle",
+            "--model",
+            model.to_str().unwrap(),
+            "--every",
+            "120",
+            "--max-new-tokens",
+            "24",
+            "--sampled-variants",
+            "1",
+            "--work",
+            work.to_str().unwrap(),
+        ];
+        args.extend_from_slice(more);
+        common::specgate(&args)
+    };
+    let (code, _, err) = train(&[
         "--steps",
         "3",
         "--batch",
         "4",
-        "--work",
-        work.to_str().unwrap(),
         "--out",
         out_dir.to_str().unwrap(),
     ]);
@@ -166,20 +173,9 @@ fn train_eagle_writes_a_layer_that_loads_and_drafts_exactly() {
     // Resumed for no steps, the layer is written back unchanged: resume starts from its
     // weights, not the target's layer.
     let again = dir.path().join("again");
-    let (code, _, err) = common::specgate(&[
-        "train-eagle",
-        "--model",
-        model.to_str().unwrap(),
-        "--every",
-        "120",
-        "--max-new-tokens",
-        "24",
-        "--sampled-variants",
-        "1",
+    let (code, _, err) = train(&[
         "--steps",
         "0",
-        "--work",
-        work.to_str().unwrap(),
         "--resume",
         out_dir.to_str().unwrap(),
         "--out",
