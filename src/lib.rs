@@ -20,6 +20,7 @@ pub mod faults;
 pub mod gateway;
 pub mod heads;
 pub mod model;
+pub mod prefix;
 pub mod store;
 pub mod telemetry;
 pub mod tools;

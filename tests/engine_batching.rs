@@ -61,6 +61,7 @@ fn submission(
         logprobs: None,
         stream: true,
         grammar: None,
+        cache: None,
     };
     (sub, rx)
 }

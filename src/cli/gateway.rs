@@ -78,6 +78,13 @@ pub struct ServeArgs {
     /// Occupancy (busy sequences / slots) at which speculation turns off.
     #[arg(long, default_value_t = 0.5)]
     spec_off_occupancy: f64,
+    /// Most MiB of KV the prefix cache keeps for prompts to reuse (0 turns it off).
+    #[arg(long, default_value_t = 512)]
+    prefix_cache_mib: usize,
+    /// The share of the prefix cache (0-1) past which one tenant (or shared scope) makes
+    /// room only by evicting its own blocks.
+    #[arg(long, default_value_t = 0.5)]
+    prefix_cache_tenant_share: f64,
     #[arg(long, default_value_t = 2048)]
     max_tokens_limit: usize,
     #[arg(long, default_value_t = 256)]
@@ -202,6 +209,8 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
             kv_budget_bytes: args.kv_budget_mib << 20,
             queue_capacity: args.queue_capacity,
             spec_off_occupancy: args.spec_off_occupancy,
+            prefix_cache_bytes: args.prefix_cache_mib << 20,
+            prefix_cache_scope_share: args.prefix_cache_tenant_share,
         },
         faults: args.inject_faults,
         max_tokens_limit: args.max_tokens_limit,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use specgate_policies::k_under_load;
 
+use super::prefix::{Lease, PrefixCache};
 use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Submission, Summary};
 use crate::engine::generate::GenerateError;
 use crate::engine::sequence::{FinishReason, RoundInput, SequenceState};
@@ -19,6 +20,9 @@ struct Live {
     sub: Box<Submission>,
     state: SequenceState,
     prefilled: usize,
+    /// Prompt tokens that came from the prefix cache.
+    cached: usize,
+    lease: Lease,
     reserved: usize,
     queued: Duration,
     /// Σ over the steps that ran this sequence's rounds of the sequences in them.
@@ -52,6 +56,7 @@ pub struct Engine {
     reserved: usize,
     steps: u64,
     before_step: Option<StepHook>,
+    prefix: Option<PrefixCache>,
 }
 
 impl Engine {
@@ -62,6 +67,11 @@ impl Engine {
         rx: mpsc::Receiver<Command>,
         before_step: Option<StepHook>,
     ) -> Self {
+        let prefix = PrefixCache::new(
+            &lm.model,
+            config.prefix_cache_bytes,
+            config.prefix_cache_scope_share,
+        );
         Self {
             lm,
             config,
@@ -72,6 +82,7 @@ impl Engine {
             reserved: 0,
             steps: 0,
             before_step,
+            prefix,
         }
     }
 
@@ -128,16 +139,31 @@ impl Engine {
             metrics::counter!("specgate_requests_cancelled_total").increment(1);
         }
         if let Some(i) = self.live.iter().position(|l| l.sub.id == id) {
-            self.retire(i);
+            self.retire(i, true);
             metrics::counter!("specgate_requests_cancelled_total").increment(1);
         }
     }
 
-    /// Free a slot and its cache.
-    fn retire(&mut self, i: usize) {
-        let live = self.live.swap_remove(i);
+    /// Free a slot and its cache; with `keep`, its committed tokens' full blocks stay in the
+    /// prefix cache (not after a failure, whose cache may hold anything).
+    fn retire(&mut self, i: usize, keep: bool) {
+        let mut live = self.live.swap_remove(i);
         if !live.sub.shadow {
             crate::telemetry::record_spec(&live.sub.route, &live.sub.plan, &live.state.stats);
+        }
+        if let Some(cache) = self.prefix.as_mut() {
+            if keep {
+                let tokens = live.state.tokens();
+                cache.register(
+                    &mut self.lm.model,
+                    live.state.seq,
+                    tokens,
+                    &mut live.lease,
+                    false,
+                );
+            } else {
+                cache.release(&mut live.lease);
+            }
         }
         self.lm.model.release(live.state.seq);
         self.reserved -= live.reserved;
@@ -148,7 +174,7 @@ impl Engine {
         for i in (0..self.live.len()).rev() {
             if self.live[i].sub.events.is_closed() {
                 metrics::counter!("specgate_requests_cancelled_total").increment(1);
-                self.retire(i);
+                self.retire(i, true);
             }
         }
         self.admit();
@@ -241,17 +267,23 @@ impl Engine {
                     if l.prefilled < l.state.prompt().len() {
                         continue;
                     }
+                    // The prompt's blocks are hit-able from now on, also by requests running
+                    // beside this one.
+                    if let Some(cache) = self.prefix.as_mut() {
+                        let (seq, prompt) = (l.state.seq, l.state.prompt());
+                        cache.register(&mut self.lm.model, seq, prompt, &mut l.lease, true);
+                    }
                     let (row, hidden) = (out.row(slot, 0), out.item_hidden(slot));
                     (i, l.state.start(row, hidden, &self.lm.tokenizer))
                 }
             };
-            if self.deliver(i, outcome) {
-                ended.push(i);
+            if let Some(keep) = self.deliver(i, outcome) {
+                ended.push((i, keep));
             }
         }
         ended.sort_unstable();
-        for i in ended.into_iter().rev() {
-            self.retire(i);
+        for (i, keep) in ended.into_iter().rev() {
+            self.retire(i, keep);
         }
     }
 
@@ -273,7 +305,10 @@ impl Engine {
             if sub.events.is_closed() {
                 continue;
             }
-            let seq = self.lm.model.new_sequence();
+            let (seq, cached, lease) = match self.prefix.as_mut() {
+                Some(cache) => cache.start(&mut self.lm.model, sub.cache, &sub.prompt, &sub.route),
+                None => (self.lm.model.new_sequence(), 0, Lease::default()),
+            };
             let mut state = SequenceState::new(seq, &sub.prompt, &sub.params);
             if sub.shadow {
                 state.track_gaps();
@@ -288,7 +323,9 @@ impl Engine {
             self.live.push(Live {
                 sub,
                 state,
-                prefilled: 0,
+                prefilled: cached,
+                cached,
+                lease,
                 reserved: reserve,
                 queued: since.elapsed(),
                 round_company: 0,
@@ -358,14 +395,15 @@ impl Engine {
         work
     }
 
-    /// Send a step's outcome to its request; true when the sequence has ended.
-    fn deliver(&mut self, i: usize, outcome: Result<String, GenerateError>) -> bool {
+    /// Send a step's outcome to its request. When the sequence has ended: Some(whether its
+    /// cache is sound to keep).
+    fn deliver(&mut self, i: usize, outcome: Result<String, GenerateError>) -> Option<bool> {
         let l = &mut self.live[i];
         let text = match outcome {
             Ok(text) => text,
             Err(e) => {
                 let _ = l.sub.events.send(Event::Failed(e.to_string()));
-                return true;
+                return Some(false);
             }
         };
         let tokens = l.state.generated().len();
@@ -380,13 +418,13 @@ impl Engine {
             });
         }
         if !l.state.is_finished() {
-            return false;
+            return None;
         }
         let tail = match l.state.finish(&mut *l.sub.drafter, &self.lm.tokenizer) {
             Ok(tail) => tail,
             Err(e) => {
                 let _ = l.sub.events.send(Event::Failed(e.to_string()));
-                return true;
+                return Some(false);
             }
         };
         // The tail carries the log-probabilities still held (text held to the end, or cut by
@@ -401,6 +439,7 @@ impl Engine {
         }
         let summary = Summary {
             prompt_tokens: l.state.prompt().len(),
+            cached_tokens: l.cached,
             completion_tokens: tokens,
             finish_reason: l.state.finish_reason().unwrap_or(FinishReason::Length),
             plan: l.sub.plan,
@@ -415,13 +454,16 @@ impl Engine {
             top2_gaps: l.state.gaps().to_vec(),
         };
         let _ = l.sub.events.send(Event::Done(summary));
-        true
+        Some(true)
     }
 
     fn fail_all(&mut self, why: &str) {
-        for l in self.live.drain(..) {
+        for mut l in self.live.drain(..) {
             let _ = l.sub.events.send(Event::Failed(why.to_string()));
             self.lm.model.release(l.state.seq);
+            if let Some(cache) = self.prefix.as_mut() {
+                cache.release(&mut l.lease);
+            }
         }
         // Only what this thread took off the queue: submissions still in the channel keep
         // their count until they are received.
@@ -441,5 +483,8 @@ impl Engine {
         metrics::gauge!("specgate_queue_depth").set(self.waiting.len() as f64);
         metrics::gauge!("specgate_kv_cache_bytes").set(kv as f64);
         metrics::gauge!("specgate_kv_cache_reserved_bytes").set(self.reserved as f64);
+        if let Some(cache) = &self.prefix {
+            cache.publish(&self.lm.model);
+        }
     }
 }

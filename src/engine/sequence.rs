@@ -157,6 +157,11 @@ impl SequenceState {
         self.finish.is_some()
     }
 
+    /// The prompt and every committed token (EOS included), in order.
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.history
+    }
+
     /// Committed token ids (EOS excluded).
     pub fn generated(&self) -> &[TokenId] {
         &self.ids

@@ -55,7 +55,7 @@ impl Quotas {
         if !self.limiter.remote() {
             return self.admit(tenant, overrides, tokens);
         }
-        let (quotas, tenant, overrides) = (Arc::clone(self), tenant.to_string(), *overrides);
+        let (quotas, tenant, overrides) = (Arc::clone(self), tenant.to_string(), overrides.clone());
         actix_web::web::block(move || quotas.admit(&tenant, &overrides, tokens))
             .await
             .map_err(|e| ApiError::internal(format!("admission: {e}")))?

@@ -227,6 +227,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         quotas: Quotas::new(cfg.limits, Arc::clone(&stores.limiter)),
         draining: Arc::clone(&draining),
         started: crate::clock::unix_now(),
+        cache_scopes: crate::prefix::ScopeSecret::random(),
     });
     let server = HttpServer::new(move || {
         App::new()

@@ -15,6 +15,7 @@ use half::f16;
 use specgate_strategies::TokenId;
 
 use super::{BatchItem, BatchOutput, ForwardOptions, LogitRows, ModelConfig, ModelError, SeqId};
+use crate::prefix::BlockId;
 
 /// One layer of one sequence's cache copied to the host: `[len, kv_width]` keys and values.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +74,43 @@ pub trait TargetBackend: Send {
     /// A copy of one layer of a sequence's cache, for tests and diagnostics (never on the
     /// hot path: a device backend copies it to the host).
     fn kv_layer(&self, seq: SeqId, layer: usize) -> Option<KvLayer>;
+
+    /// Whether this backend keeps prefix-cache blocks ([`Self::store_block`],
+    /// [`Self::new_sequence_from`]); the engine caches nothing where it does not.
+    fn keeps_blocks(&self) -> bool {
+        false
+    }
+
+    /// Keep positions `first..first + len` of `seq`'s cache as block `id`: from now on the
+    /// block is read only, whatever the sequence does next (truncate, keep_rows, release).
+    fn store_block(
+        &mut self,
+        _seq: SeqId,
+        _id: BlockId,
+        _first: usize,
+        _len: usize,
+    ) -> Result<(), ModelError> {
+        Err(ModelError::Unsupported(format!(
+            "{} keeps no prefix-cache blocks",
+            self.device()
+        )))
+    }
+
+    /// Start a sequence whose cache begins with these blocks' keys and values, in order.
+    fn new_sequence_from(&mut self, _blocks: &[BlockId]) -> Result<SeqId, ModelError> {
+        Err(ModelError::Unsupported(format!(
+            "{} keeps no prefix-cache blocks",
+            self.device()
+        )))
+    }
+
+    /// Forget stored blocks (unknown ones are ignored).
+    fn drop_blocks(&mut self, _ids: &[BlockId]) {}
+
+    /// Bytes held by stored blocks.
+    fn block_bytes(&self) -> usize {
+        0
+    }
 
     /// Single-sequence convenience: append `tokens` and return logits per `rows`.
     fn forward_one(
@@ -143,5 +181,31 @@ impl<B: TargetBackend + ?Sized> TargetBackend for Box<B> {
 
     fn kv_layer(&self, seq: SeqId, layer: usize) -> Option<KvLayer> {
         (**self).kv_layer(seq, layer)
+    }
+
+    fn keeps_blocks(&self) -> bool {
+        (**self).keeps_blocks()
+    }
+
+    fn store_block(
+        &mut self,
+        seq: SeqId,
+        id: BlockId,
+        first: usize,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        (**self).store_block(seq, id, first, len)
+    }
+
+    fn new_sequence_from(&mut self, blocks: &[BlockId]) -> Result<SeqId, ModelError> {
+        (**self).new_sequence_from(blocks)
+    }
+
+    fn drop_blocks(&mut self, ids: &[BlockId]) {
+        (**self).drop_blocks(ids)
+    }
+
+    fn block_bytes(&self) -> usize {
+        (**self).block_bytes()
     }
 }

@@ -17,13 +17,17 @@ pub struct Limits {
 }
 
 /// A tenant's overrides of the configured defaults (absent: the default applies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_requests: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_minute: Option<u64>,
+    /// A prefix-cache scope shared with the other tenants an admin puts in it (their
+    /// requests hit each other's cached prompts). Absent: the tenant's own scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_scope: Option<String>,
 }
 
 impl Limits {

@@ -55,6 +55,8 @@ pub struct Job {
     pub stream: bool,
     /// The grammar the output must follow, compiled at admission.
     pub grammar: Option<Box<dyn specgate_strategies::TokenConstraint>>,
+    /// The prefix-cache scope (None: the request opted out).
+    pub cache: Option<crate::prefix::CacheScope>,
 }
 
 /// The actors and the engine a request talks to.
@@ -255,6 +257,7 @@ impl Actor for RequestActor {
                 logprobs: job.logprobs,
                 stream: job.stream,
                 grammar: job.grammar,
+                cache: job.cache,
             };
             if let Err(e) = act.engine.submit(sub) {
                 return act.refuse(submit_error(e), ctx);

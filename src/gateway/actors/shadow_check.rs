@@ -45,6 +45,8 @@ pub fn launch(engine: &EngineHandle, planner: Addr<Planner>, job: ShadowJob) {
         logprobs: None,
         stream: false,
         grammar: None,
+        // Computed from scratch: the check compares against a full prefill.
+        cache: None,
     };
     if engine.submit(sub).is_err() {
         metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);

@@ -97,7 +97,7 @@ async fn respond(
     request: GenerationRequest,
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
-    let job = prepare(
+    let mut job = prepare(
         &state.tokenizer,
         &state.grammars,
         &state.limits,
@@ -105,6 +105,11 @@ async fn respond(
         &request,
     )?;
     let overrides = limits(state, &job.route.tenant).await?;
+    // The scope comes from who is asking (and an admin's grouping), never from the body.
+    job.cache = request.cache_prompt.then(|| match &overrides.cache_scope {
+        Some(group) => state.cache_scopes.shared(group),
+        None => state.cache_scopes.tenant(&job.route.tenant),
+    });
     let mut ticket = state
         .quotas
         .admit_async(

@@ -79,6 +79,8 @@ pub fn prepare(
         logprobs: r.logprobs,
         stream: r.stream,
         grammar: spec.map(|s| compile(grammars, &s, &r.output)).transpose()?,
+        // Set by the handler once it knows the tenant's scope.
+        cache: None,
     })
 }
 

@@ -242,10 +242,13 @@ pub struct CommonFields {
     /// `grammar` (Lark, llguidance's dialect), `choice` (strings) or `json_object: true`.
     #[schema(value_type = Option<Object>)]
     pub structured_outputs: Option<serde_json::Value>,
+    /// llama-server's name: false computes the whole prompt and keeps nothing of it in the
+    /// prefix cache (default true: the tenant's own cached blocks are reused).
+    pub cache_prompt: Option<bool>,
 }
 
 /// Fields of [`CommonFields`]; with the endpoint's own, anything else is refused.
-const COMMON_FIELDS: [&str; 21] = [
+const COMMON_FIELDS: [&str; 22] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -267,6 +270,7 @@ const COMMON_FIELDS: [&str; 21] = [
     "prediction",
     "response_format",
     "structured_outputs",
+    "cache_prompt",
 ];
 
 /// A body the endpoint can name its fields for.
@@ -364,6 +368,8 @@ pub struct GenerationRequest {
     pub logprobs: Option<usize>,
     /// What the answer must be: text, a grammar's language, or tool calls.
     pub output: OutputFormat,
+    /// Reuse and fill the prefix cache (`cache_prompt`, default true).
+    pub cache_prompt: bool,
 }
 
 /// Parse a JSON body into `T`: a 400 with serde's explanation when it is not JSON or a field

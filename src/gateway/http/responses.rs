@@ -50,10 +50,18 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// How many prompt tokens came from the prefix cache (counted in `prompt_tokens` too).
+    pub prompt_tokens_details: PromptTokensDetails,
     /// Only for a request with a `prediction`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens_details: Option<CompletionTokensDetails>,
     pub speculative: SpeculativeUsage,
+}
+
+/// OpenAI's breakdown of the prompt: `cached_tokens` were not computed again.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
 }
 
 /// OpenAI's breakdown of a predicted output: the predicted tokens that were drafted and
@@ -205,6 +213,9 @@ pub fn usage(s: &Summary) -> Usage {
         prompt_tokens: s.prompt_tokens,
         completion_tokens: s.completion_tokens,
         total_tokens: s.prompt_tokens + s.completion_tokens,
+        prompt_tokens_details: PromptTokensDetails {
+            cached_tokens: s.cached_tokens,
+        },
         completion_tokens_details: s.prediction.map(|p| CompletionTokensDetails {
             accepted_prediction_tokens: p.accepted,
             rejected_prediction_tokens: p.rejected,

@@ -30,6 +30,8 @@ pub struct AppState {
     /// Set on SIGTERM: not ready, new generations refused while in-flight ones finish.
     pub draining: Arc<AtomicBool>,
     pub started: u64,
+    /// Derives each request's prefix-cache scope from its tenant.
+    pub cache_scopes: crate::prefix::ScopeSecret,
 }
 
 pub type State = web::Data<AppState>;

@@ -105,8 +105,9 @@ pub(crate) async fn get_limits(
     Ok(HttpResponse::Ok().json(limits_body(&state, &name, &o)))
 }
 
-/// Replace the overrides: `{"max_concurrent_requests": 4, "tokens_per_minute": 20000}`; a
-/// field left out falls back to the configured default.
+/// Replace the overrides: `{"max_concurrent_requests": 4, "tokens_per_minute": 20000,
+/// "cache_scope": "acme-apps"}`; a field left out falls back to the configured default (no
+/// `cache_scope`: the tenant's own prefix-cache scope).
 /// Replace a tenant's limit overrides.
 #[utoipa::path(put, path = "/admin/v1/tenants/{name}/limits", tag = "admin",
     params(("name" = String, Path)), request_body = crate::store::limits::LimitOverrides,
@@ -121,8 +122,16 @@ pub(crate) async fn put_limits(
     let body = read_body(payload, state.body_limit).await?;
     let o: LimitOverrides = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    if let Some(scope) = &o.cache_scope {
+        if scope.is_empty() || scope.len() > 128 {
+            return Err(ApiError::invalid(
+                Some("cache_scope"),
+                "a cache scope is a name of 1 to 128 bytes",
+            ));
+        }
+    }
     let name = path.into_inner();
-    let n = name.clone();
-    store_calls::tenants(&state, move |s| s.set_limits(&n, o)).await?;
+    let (n, stored) = (name.clone(), o.clone());
+    store_calls::tenants(&state, move |s| s.set_limits(&n, stored)).await?;
     Ok(HttpResponse::Ok().json(limits_body(&state, &name, &o)))
 }

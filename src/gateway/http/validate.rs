@@ -300,6 +300,7 @@ impl CommonFields {
             stop,
             stream,
             include_usage,
+            cache_prompt: self.cache_prompt.unwrap_or(true),
             workload,
             speculation,
             prediction,

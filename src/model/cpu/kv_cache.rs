@@ -85,6 +85,33 @@ impl KvCache {
         (&self.keys[layer], &self.values[layer])
     }
 
+    /// A copy of positions `first..first + len` of every layer (a prefix-cache block); None
+    /// where a layer holds fewer.
+    pub fn copy_range(&self, first: usize, len: usize) -> Option<KvCache> {
+        let (from, to) = (first * self.width, (first + len) * self.width);
+        let cut = |bufs: &[Vec<f16>]| -> Option<Vec<Vec<f16>>> {
+            bufs.iter()
+                .map(|b| b.get(from..to).map(<[f16]>::to_vec))
+                .collect()
+        };
+        Some(KvCache {
+            width: self.width,
+            keys: cut(&self.keys)?,
+            values: cut(&self.values)?,
+        })
+    }
+
+    /// Append another cache's positions after this one's, layer by layer (a cached block
+    /// starting a sequence).
+    pub fn extend_from(&mut self, other: &KvCache) {
+        for (dst, src) in self.keys.iter_mut().zip(&other.keys) {
+            dst.extend_from_slice(src);
+        }
+        for (dst, src) in self.values.iter_mut().zip(&other.values) {
+            dst.extend_from_slice(src);
+        }
+    }
+
     /// Bytes held (for the KV memory budget and its gauge).
     pub fn bytes(&self) -> usize {
         let floats: usize = self.keys.iter().chain(&self.values).map(Vec::len).sum();
@@ -132,6 +159,25 @@ mod tests {
             assert_eq!(k, v);
         }
         assert_eq!(c.len(), 5);
+    }
+
+    #[test]
+    fn a_copied_range_starts_another_cache_with_the_same_rows() {
+        let mut c = KvCache::new(2, 1);
+        for layer in 0..2 {
+            let rows: Vec<f32> = (0..6).map(|x| (x + 10 * layer) as f32).collect();
+            append(&mut c, layer, &rows, &rows);
+        }
+        let (a, b) = (c.copy_range(0, 2).unwrap(), c.copy_range(2, 2).unwrap());
+        assert!(c.copy_range(5, 2).is_none());
+        let mut d = KvCache::new(2, 1);
+        d.extend_from(&a);
+        d.extend_from(&b);
+        assert_eq!(d.len(), 4);
+        for layer in 0..2 {
+            assert_eq!(d.layer(layer).0, &c.layer(layer).0[..4]);
+            assert_eq!(d.layer(layer).1, &c.layer(layer).1[..4]);
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ use super::{
     BatchItem, BatchOutput, ForwardOptions, GgufMetadata, KvLayer, LogitRows, ModelConfig,
     ModelError, SeqId, TargetBackend,
 };
+use crate::prefix::BlockId;
 use weights::Weights;
 
 /// A loaded llama model with the KV caches of its live sequences, on the CPU.
@@ -36,6 +37,8 @@ pub struct CpuModel {
     ropes: Vec<Rope>,
     rope_of_layer: Vec<usize>,
     caches: HashMap<SeqId, KvCache>,
+    /// Prefix-cache blocks: copies, so no sequence ever writes one.
+    blocks: HashMap<BlockId, KvCache>,
     next_seq: u64,
     work: forward::Workspace,
 }
@@ -72,6 +75,7 @@ impl CpuModel {
             ropes,
             rope_of_layer,
             caches: HashMap::new(),
+            blocks: HashMap::new(),
             next_seq: 0,
             work: forward::Workspace::default(),
         };
@@ -80,6 +84,11 @@ impl CpuModel {
 
     pub fn weight_dtype(&self) -> candle_core::quantized::GgmlDType {
         self.weights.dtype
+    }
+
+    /// A read-only view of a stored prefix-cache block (this backend's own tests).
+    pub fn block(&self, id: BlockId) -> Option<&KvCache> {
+        self.blocks.get(&id)
     }
 
     /// A read-only view of one sequence's cache (this backend's own tests).
@@ -156,5 +165,58 @@ impl TargetBackend for CpuModel {
             keys: keys.to_vec(),
             values: values.to_vec(),
         })
+    }
+
+    // Blocks are copies: a hit copies them into the new sequence's contiguous cache, which the
+    // attention kernels read in place. A prompt's worth of copies costs milliseconds where its
+    // prefill costs hundreds (docs/engine.md).
+    fn keeps_blocks(&self) -> bool {
+        true
+    }
+
+    fn store_block(
+        &mut self,
+        seq: SeqId,
+        id: BlockId,
+        first: usize,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        let cache = self
+            .caches
+            .get(&seq)
+            .ok_or(ModelError::UnknownSequence(seq))?;
+        let block = cache.copy_range(first, len).ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "block {first}..{} is past the cache of {seq:?} ({} tokens)",
+                first + len,
+                cache.len()
+            ))
+        })?;
+        self.blocks.insert(id, block);
+        Ok(())
+    }
+
+    fn new_sequence_from(&mut self, blocks: &[BlockId]) -> Result<SeqId, ModelError> {
+        let mut cache = KvCache::new(self.config.n_layers, self.config.kv_width());
+        for id in blocks {
+            let block = self
+                .blocks
+                .get(id)
+                .ok_or_else(|| ModelError::Invalid(format!("no cached block {id:?}")))?;
+            cache.extend_from(block);
+        }
+        let seq = self.new_sequence();
+        self.caches.insert(seq, cache);
+        Ok(seq)
+    }
+
+    fn drop_blocks(&mut self, ids: &[BlockId]) {
+        for id in ids {
+            self.blocks.remove(id);
+        }
+    }
+
+    fn block_bytes(&self) -> usize {
+        self.blocks.values().map(KvCache::bytes).sum()
     }
 }

@@ -103,7 +103,7 @@ impl TenantStore for SledTenants {
             failure = None;
             let old = old?;
             match decode::<TenantRecord>(old).and_then(|mut r| {
-                r.limits = limits;
+                r.limits = limits.clone();
                 encode(&r)
             }) {
                 Ok(bytes) => Some(bytes),
