@@ -119,8 +119,9 @@ pub fn concurrent_limit_edits_all_succeed_and_one_wins_whole(s: Arc<dyn TenantSt
                 let limits = LimitOverrides {
                     max_concurrent_requests: Some(n as u32),
                     tokens_per_minute: Some(100 * n),
+                    cache_scope: None,
                 };
-                (0..20).try_for_each(|_| s.set_limits("busy", limits))
+                (0..20).try_for_each(|_| s.set_limits("busy", limits.clone()))
             })
         })
         .collect();
@@ -294,8 +295,9 @@ pub fn a_store_copies_into_another_and_reads_back_the_same(s: &super::Stores) {
     let limits = LimitOverrides {
         max_concurrent_requests: Some(3),
         tokens_per_minute: None,
+        cache_scope: Some("acme-apps".into()),
     };
-    s.tenants.set_limits("kept", limits).unwrap();
+    s.tenants.set_limits("kept", limits.clone()).unwrap();
     s.policies.seed_defaults().unwrap();
     let class = WorkloadClass::Chat;
     s.policies

@@ -228,6 +228,7 @@ mod tests {
         let o = LimitOverrides {
             max_concurrent_requests: Some(1),
             tokens_per_minute: None,
+            cache_scope: None,
         };
         assert_eq!(
             L.with(&o),
