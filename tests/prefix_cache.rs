@@ -1,8 +1,8 @@
 //! The prefix cache is exact: a sequence started from cached blocks computes the same logits,
 //! bit for bit, as one that prefilled everything; rollbacks and tree compaction never write a
 //! cached block; the engine reuses a conversation's earlier turns for every strategy and for
-//! sampled output without changing a token. (Isolation between tenants, over HTTP:
-//! tests/gateway_prefix.rs.)
+//! sampled output without changing a token; over HTTP, a tenant hits only its own scope
+//! unless an admin shares one, and usage reports the hits on both endpoints.
 
 mod common;
 
@@ -18,7 +18,9 @@ use specgate_policies::{SpecPlan, WorkloadClass};
 use specgate_strategies::{argmax, TokenId};
 use tokio::sync::mpsc;
 
+use common::server::Server;
 use common::{lean_drafter_config, max_abs_diff, model_path, on_every_device};
+use serde_json::{json, Value};
 
 /// A prompt of `n` tokens from the model's own text.
 fn prompt(lm: &LoadedModel, n: usize) -> Vec<TokenId> {
@@ -283,4 +285,111 @@ fn gemma_answers_a_cached_conversation_exactly_as_an_uncached_one() {
         StrategyKind::EarlyExit,
     ];
     second_turns_equal(&common::gemma_path(), &kinds, "gemma");
+}
+
+fn cached(usage: &Value) -> u64 {
+    usage["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("usage without cached_tokens: {usage}"))
+}
+
+#[test]
+fn a_tenant_hits_only_its_own_cached_prompts_unless_an_admin_shares_a_scope() {
+    let server = Server::start(&[]);
+    let (a, b, c) = (server.tenant("a"), server.tenant("b"), server.tenant("c"));
+    let system = common::fixture("prompts/rag.jsonl");
+    let body = |question: &str, extra: Value| {
+        let mut body = json!({
+            "model": server.model_id,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            "max_tokens": 4,
+            "temperature": 0,
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let chat = |key: &str, question: &str, extra: Value| {
+        let (status, r) = server.post("/v1/chat/completions", key, &body(question, extra));
+        assert_eq!(status, 200, "{r}");
+        r["usage"].clone()
+    };
+    let first = chat(&a, "Who wrote it?", json!({}));
+    assert_eq!(cached(&first), 0);
+    let again = chat(&a, "When?", json!({}));
+    let prompt = again["prompt_tokens"].as_u64().expect("prompt_tokens");
+    assert!(
+        cached(&again) >= 300,
+        "a's second question reused {} of {prompt}",
+        cached(&again)
+    );
+    assert!(cached(&again) < prompt);
+    // Another tenant sending the very same prompt computes all of it.
+    assert_eq!(cached(&chat(&b, "When?", json!({}))), 0, "b hit a's cache");
+    // A request may opt out: nothing reused.
+    assert_eq!(
+        cached(&chat(&a, "When?", json!({"cache_prompt": false}))),
+        0
+    );
+    // A field of the body cannot name a scope.
+    let (status, _) = server.post(
+        "/v1/chat/completions",
+        &b,
+        &body("When?", json!({"cache_salt": "a"})),
+    );
+    assert_eq!(status, 400);
+
+    // An admin puts b and c in one scope: c hits what b sent there.
+    for t in ["b", "c"] {
+        let (status, r) = server.admin(
+            "PUT",
+            &format!("/admin/v1/tenants/{t}/limits"),
+            Some(json!({"cache_scope": "team"})),
+        );
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["overrides"]["cache_scope"], "team");
+    }
+    let (status, _) = server.admin(
+        "PUT",
+        "/admin/v1/tenants/c/limits",
+        Some(json!({"cache_scope": ""})),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        cached(&chat(&b, "Where?", json!({}))),
+        0,
+        "the shared scope starts empty"
+    );
+    assert!(
+        cached(&chat(&c, "Where?", json!({}))) >= 300,
+        "c missed what b sent in their scope"
+    );
+    assert_eq!(cached(&chat(&a, "Where?", json!({}))) % 16, 0);
+
+    // Streamed usage (both endpoints) carries the field too.
+    let streamed = server.stream(
+        "/v1/chat/completions",
+        &a,
+        &body(
+            "When?",
+            json!({"stream": true, "stream_options": {"include_usage": true}}),
+        ),
+    );
+    assert!(cached(&streamed.usage.expect("usage chunk")) >= 300);
+    let text = json!({"model": server.model_id, "prompt": system, "max_tokens": 2, "temperature": 0,
+        "stream": true, "stream_options": {"include_usage": true}});
+    server.stream("/v1/completions", &a, &text);
+    let again = server.stream("/v1/completions", &a, &text);
+    assert!(cached(&again.usage.expect("usage chunk")) >= 300);
+
+    let (queried, hits) = (
+        server.metric("specgate_prefix_cache_queries_total"),
+        server.metric("specgate_prefix_cache_hits_total"),
+    );
+    assert!(
+        hits >= 1200.0 && queried > hits,
+        "queried {queried}, hit {hits}"
+    );
+    assert!(server.metric("specgate_prefix_cache_bytes") > 0.0);
 }
