@@ -6,6 +6,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use crate::cli::store::StoreArgs;
+use specgate::tools::conversations::{self, ConversationConfig, Variant};
+use specgate::tools::scenarios::Scenario;
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
@@ -169,6 +171,21 @@ pub struct LoadgenArgs {
     /// (needs an admin token).
     #[arg(long, value_enum)]
     scenario: Option<specgate::tools::scenarios::Scenario>,
+    /// With --scenario chat-turns|agent: the conversations' fixtures.
+    #[arg(long, default_value = "tests/fixtures/conversations")]
+    conversations_dir: PathBuf,
+    /// With --scenario chat-turns|agent: conversations per run (0: all of them).
+    #[arg(long, default_value_t = 0)]
+    conversations: usize,
+    /// With --scenario chat-turns|agent: the configurations, each the same conversations on
+    /// the same server: cache, no-cache (`cache_prompt: false`), cache-plain, no-cache-plain
+    /// (speculation off).
+    #[arg(long, value_delimiter = ',', default_value = "cache,no-cache")]
+    configs: Vec<String>,
+    /// Send only OpenAI's fields and `cache_prompt` (a server other than specgate, such as
+    /// llama-server).
+    #[arg(long)]
+    openai_only: bool,
     /// With --scenario: run plain and the fixed configurations on this second server, so the
     /// learned plan's server learns only from its own traffic.
     #[arg(long)]
@@ -324,11 +341,11 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
     let cfg = specgate::tools::loadgen::LoadgenConfig {
         url: args.url.trim_end_matches('/').to_string(),
         key,
-        model: args.model,
-        concurrency: args.concurrency,
+        model: args.model.clone(),
+        concurrency: args.concurrency.clone(),
         requests: args.requests,
         max_tokens: args.max_tokens,
-        prompt_dir: args.prompts,
+        prompt_dir: args.prompts.clone(),
         repeats: args.repeats,
         warmup: args.warmup,
     };
@@ -338,6 +355,9 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
             .split_once(':')
             .with_context(|| format!("{f}: expected strategy:k"))?;
         fixed.push((s.to_string(), k.parse::<usize>()?));
+    }
+    if let Some(kind) = args.scenario.and_then(Scenario::conversation) {
+        return run_conversations(kind, &args, &cfg);
     }
     if let Some(scenario) = args.scenario {
         let admin_token = args
@@ -396,4 +416,54 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `loadgen --scenario chat-turns|agent`: the configurations over the same conversations.
+fn run_conversations(
+    kind: conversations::Kind,
+    args: &LoadgenArgs,
+    cfg: &specgate::tools::loadgen::LoadgenConfig,
+) -> Result<()> {
+    let variants = args
+        .configs
+        .iter()
+        .map(|c| match c.as_str() {
+            "cache" => Ok(Variant::new(true, true)),
+            "no-cache" => Ok(Variant::new(false, true)),
+            "cache-plain" => Ok(Variant::new(true, false)),
+            "no-cache-plain" => Ok(Variant::new(false, false)),
+            other => anyhow::bail!("--configs: unknown configuration {other}"),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // With only an admin token, a tenant of its own asks for the model id.
+    let mut cfg = cfg.clone();
+    if let (true, Some(admin)) = (cfg.key.is_empty(), &args.admin_token) {
+        let name = format!("conv-{}", specgate::clock::unix_now());
+        cfg.key = specgate::tools::loadgen::create_tenant(&cfg.url, admin, &name)?;
+    }
+    let model = specgate::tools::loadgen::model_id(&cfg)?;
+    let ccfg = ConversationConfig {
+        url: cfg.url.clone(),
+        key: cfg.key.clone(),
+        admin_token: args.admin_token.clone(),
+        model,
+        concurrency: cfg.concurrency.clone(),
+        max_tokens: cfg.max_tokens,
+        dir: args.conversations_dir.clone(),
+        repeats: args.repeats,
+        conversations: args.conversations,
+        openai_only: args.openai_only,
+        variants,
+    };
+    let run = conversations::run(&ccfg, kind, &mut std::io::stderr())?;
+    let md = conversations::markdown(&run);
+    println!("{md}");
+    std::fs::create_dir_all(&args.out)?;
+    let name = match kind {
+        conversations::Kind::ChatTurns => "scenario-chat-turns",
+        conversations::Kind::Agent => "scenario-agent",
+    };
+    std::fs::write(args.out.join(format!("{name}.md")), md)?;
+    std::fs::write(args.out.join(format!("{name}.json")), serde_json::to_string_pretty(&run)?)?;
+    Ok(())
 }

@@ -114,7 +114,7 @@ fn http_err(e: ureq::Error) -> LoadgenError {
 }
 
 /// The served model's id, from /v1/models.
-pub(crate) fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
+pub fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
     if let Some(m) = &cfg.model {
         return Ok(m.clone());
     }
@@ -130,7 +130,7 @@ pub(crate) fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
 }
 
 /// A new tenant through the admin API; its API key.
-pub(crate) fn create_tenant(
+pub fn create_tenant(
     url: &str,
     admin_token: &str,
     name: &str,

@@ -9,6 +9,7 @@ pub mod bench_spec;
 pub mod bench_store;
 pub mod bench_structured;
 pub mod calibrate_policy;
+pub mod conversations;
 pub mod candle_reference;
 pub mod loadgen;
 pub mod loadgen_report;

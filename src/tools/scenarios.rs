@@ -27,6 +27,22 @@ pub use crate::tools::scenario_report::{markdown, per_request_ratios};
 pub enum Scenario {
     Cold,
     Shift,
+    /// Six-turn conversations over a long system prompt (src/tools/conversations).
+    ChatTurns,
+    /// Eight tool-call steps over a long system prompt with tools (src/tools/conversations).
+    Agent,
+}
+
+impl Scenario {
+    /// The conversation scenarios' kind (they run in `tools::conversations`).
+    pub fn conversation(self) -> Option<crate::tools::conversations::Kind> {
+        use crate::tools::conversations::Kind;
+        match self {
+            Scenario::ChatTurns => Some(Kind::ChatTurns),
+            Scenario::Agent => Some(Kind::Agent),
+            Scenario::Cold | Scenario::Shift => None,
+        }
+    }
 }
 
 /// Requests at one concurrency.
@@ -135,6 +151,11 @@ pub fn phases(scenario: Scenario, sets: &[PromptSet]) -> Result<Vec<Phase>, Load
                 one("creative and chat, 1 at a time", 1, free),
                 one("code edits, 2 at a time", 2, code),
             ]
+        }
+        Scenario::ChatTurns | Scenario::Agent => {
+            return Err(LoadgenError::Protocol(
+                "a conversation scenario has no phases (tools::conversations runs it)".into(),
+            ))
         }
     })
 }
