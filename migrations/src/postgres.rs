@@ -13,14 +13,21 @@ pub struct SqlMigration {
 }
 
 /// Every migration, in order.
-pub const SQL_MIGRATIONS: &[SqlMigration] = &[SqlMigration {
-    version: 1,
-    name: "0001_init",
-    sql: include_str!("../postgres/0001_init.sql"),
-}];
+pub const SQL_MIGRATIONS: &[SqlMigration] = &[
+    SqlMigration {
+        version: 1,
+        name: "0001_init",
+        sql: include_str!("../postgres/0001_init.sql"),
+    },
+    SqlMigration {
+        version: 2,
+        name: "0002_cached_tokens",
+        sql: include_str!("../postgres/0002_cached_tokens.sql"),
+    },
+];
 
 /// The version this build writes.
-pub const PG_SCHEMA_VERSION: i32 = 1;
+pub const PG_SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock migrations hold (any constant no other code takes).
 const MIGRATION_LOCK: i64 = 0x5eca_7e00_0001;

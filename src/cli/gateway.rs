@@ -464,6 +464,9 @@ fn run_conversations(
         conversations::Kind::Agent => "scenario-agent",
     };
     std::fs::write(args.out.join(format!("{name}.md")), md)?;
-    std::fs::write(args.out.join(format!("{name}.json")), serde_json::to_string_pretty(&run)?)?;
+    std::fs::write(
+        args.out.join(format!("{name}.json")),
+        serde_json::to_string_pretty(&run)?,
+    )?;
     Ok(())
 }

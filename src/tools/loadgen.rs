@@ -130,11 +130,7 @@ pub fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
 }
 
 /// A new tenant through the admin API; its API key.
-pub fn create_tenant(
-    url: &str,
-    admin_token: &str,
-    name: &str,
-) -> Result<String, LoadgenError> {
+pub fn create_tenant(url: &str, admin_token: &str, name: &str) -> Result<String, LoadgenError> {
     let v: Value = ureq::post(&format!("{url}/admin/v1/tenants"))
         .set("Authorization", &format!("Bearer {admin_token}"))
         .send_json(json!({ "name": name }))

@@ -320,6 +320,7 @@ impl RequestActor {
         let mut record = HistoryRecord {
             requests: 1,
             prompt_tokens: s.prompt_tokens as u64,
+            cached_tokens: s.cached_tokens as u64,
             tokens_out: s.completion_tokens as u64,
             target_passes: 1 + s.stats.rounds,
             rounds: s.stats.rounds,

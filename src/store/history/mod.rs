@@ -120,6 +120,9 @@ impl LatencyHistogram {
 pub struct HistoryRecord {
     pub requests: u64,
     pub prompt_tokens: u64,
+    /// Prompt tokens whose KV came from the prefix cache (in `prompt_tokens` too).
+    #[serde(default)]
+    pub cached_tokens: u64,
     pub tokens_out: u64,
     pub target_passes: u64,
     pub rounds: u64,
@@ -228,6 +231,7 @@ impl HistoryRecord {
         };
         self.requests += o.requests;
         self.prompt_tokens += o.prompt_tokens;
+        self.cached_tokens += o.cached_tokens;
         self.tokens_out += o.tokens_out;
         self.target_passes += o.target_passes;
         self.rounds += o.rounds;

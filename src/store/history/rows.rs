@@ -14,6 +14,10 @@ pub struct RouteRow {
     pub class: String,
     pub bucket_start: u64,
     pub requests: u64,
+    pub prompt_tokens: u64,
+    /// Prompt tokens served from the prefix cache, and their share of the prompt tokens.
+    pub cached_tokens: u64,
+    pub prefix_cache_hit_rate: f64,
     pub tokens_out: u64,
     pub drafted: u64,
     pub accepted: u64,
@@ -65,6 +69,9 @@ pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> 
             class: class.name().to_string(),
             bucket_start: start,
             requests: r.requests,
+            prompt_tokens: r.prompt_tokens,
+            cached_tokens: r.cached_tokens,
+            prefix_cache_hit_rate: ratio(r.cached_tokens as f64, r.prompt_tokens as f64),
             tokens_out: r.tokens_out,
             drafted: r.drafted,
             accepted: r.accepted,
@@ -90,7 +97,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
         "tenant,class,bucket_start,requests,tokens_out,drafted,accepted,target_passes,\
          acceptance_rate,mean_accepted_length,tokens_per_pass,tokens_per_second,\
          ttft_p50_ms,ttft_p95_ms,itl_p50_ms,itl_p95_ms,shadow_checks,shadow_mismatches,\
-         strategy_mix\n",
+         prompt_tokens,cached_tokens,prefix_cache_hit_rate,strategy_mix\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
     for r in rows {
@@ -100,7 +107,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out += &format!(
-            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{},{},{:.4},{}\n",
             r.tenant,
             r.class,
             r.bucket_start,
@@ -119,6 +126,9 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             opt(r.itl_p95_ms),
             r.shadow_checks,
             r.shadow_mismatches,
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.prefix_cache_hit_rate,
             mix.join(" ")
         );
     }

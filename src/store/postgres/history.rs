@@ -22,7 +22,7 @@ use crate::store::StoreError;
 const ROLLUP_LOCK: i64 = 0x5eca_7e00_0002;
 
 const KEY: [&str; 6] = ["tenant", "class", "strategy", "k", "granularity", "start"];
-const COUNTS: [&str; 15] = [
+const COUNTS: [&str; 16] = [
     "requests",
     "prompt_tokens",
     "tokens_out",
@@ -38,6 +38,7 @@ const COUNTS: [&str; 15] = [
     "u_drafted",
     "u_accepted",
     "u_judged",
+    "cached_tokens",
 ];
 const SECONDS: [&str; 6] = [
     "draft_secs",
@@ -123,7 +124,7 @@ fn rollup_sql() -> String {
 /// One bucket as the upsert's parameters, in [`columns`] order.
 struct Params {
     key: (String, &'static str, &'static str, i16, i8, i64),
-    counts: [i64; 15],
+    counts: [i64; COUNTS.len()],
     seconds: [f64; 6],
     arrays: [Vec<i64>; 3],
     load_share: Option<f64>,
@@ -162,6 +163,7 @@ impl Params {
                 u.drafted,
                 u.accepted,
                 u.judged,
+                r.cached_tokens,
             ]
             .map(big),
             seconds: [
@@ -233,6 +235,7 @@ fn decode(row: &Row) -> Result<(HistoryKey, HistoryRecord), StoreError> {
         judged: n(7),
         shadow_checks: n(8),
         shadow_mismatches: n(9),
+        cached_tokens: n(15),
         unlearned: Evidence {
             requests: n(10),
             rounds: n(11),

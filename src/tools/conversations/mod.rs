@@ -196,14 +196,18 @@ pub fn run(
                     row.seconds
                 )?;
                 out.runs.push(row);
-                out.turns.extend(turns.into_iter().map(|(conversation, turn, sample)| TurnRow {
-                    variant: v.name.clone(),
-                    concurrency: c,
-                    repeat,
-                    conversation,
-                    turn,
-                    sample,
-                }));
+                out.turns.extend(
+                    turns
+                        .into_iter()
+                        .map(|(conversation, turn, sample)| TurnRow {
+                            variant: v.name.clone(),
+                            concurrency: c,
+                            repeat,
+                            conversation,
+                            turn,
+                            sample,
+                        }),
+                );
             }
         }
     }
@@ -311,7 +315,11 @@ fn converse(
 /// script's tool for this step with no arguments, so the transcript stays well formed.
 fn call_of(s: &TurnSample, fx: &Fixtures, step: usize) -> (String, String, String) {
     if let Some((id, name, args)) = s.calls.first().filter(|c| !c.1.is_empty()) {
-        let id = if id.is_empty() { format!("call_{step}") } else { id.clone() };
+        let id = if id.is_empty() {
+            format!("call_{step}")
+        } else {
+            id.clone()
+        };
         return (id, name.clone(), args.clone());
     }
     let tools = fx.tools.as_ref().and_then(Value::as_array);

@@ -34,8 +34,13 @@ fn summarise(run: &ConversationRun, c: usize, variant: &str) -> Summary {
     let (prompt, cached) = turns
         .iter()
         .filter(|t| t.turn > 1)
-        .fold((0u64, 0u64), |(p, c), t| (p + t.sample.prompt_tokens, c + t.sample.cached_tokens));
-    let runs = run.runs.iter().filter(|r| r.concurrency == c && r.variant == variant);
+        .fold((0u64, 0u64), |(p, c), t| {
+            (p + t.sample.prompt_tokens, c + t.sample.cached_tokens)
+        });
+    let runs = run
+        .runs
+        .iter()
+        .filter(|r| r.concurrency == c && r.variant == variant);
     let (tokens, secs, errors) = runs.fold((0u64, 0.0, 0usize), |(t, s, e), r| {
         (t + r.completion_tokens, s + r.seconds, e + r.errors)
     });
@@ -44,8 +49,16 @@ fn summarise(run: &ConversationRun, c: usize, variant: &str) -> Summary {
         later_ttft: percentile(&mut later.clone(), 0.5),
         later_p95: percentile(&mut later, 0.95),
         e2e: percentile(&mut e2e, 0.5),
-        tokens_per_second: if secs > 0.0 { tokens as f64 / secs } else { 0.0 },
-        hit_rate: if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 },
+        tokens_per_second: if secs > 0.0 {
+            tokens as f64 / secs
+        } else {
+            0.0
+        },
+        hit_rate: if prompt > 0 {
+            cached as f64 / prompt as f64
+        } else {
+            0.0
+        },
         turns: turns.len(),
         errors,
     }
@@ -98,10 +111,15 @@ pub fn markdown(run: &ConversationRun) -> String {
 /// Each cached configuration against its uncached twin.
 fn ratios(run: &ConversationRun, levels: &[usize]) -> String {
     let mut md = String::from("\n| concurrency | against | TTFT later turns, ratio | tokens/s, ratio |\n|---|---|---|---|\n");
-    let pairs = [("cache", "no-cache"), ("cache, plain", "no-cache, plain"), ("cache", "cache, plain")];
+    let pairs = [
+        ("cache", "no-cache"),
+        ("cache, plain", "no-cache, plain"),
+        ("cache", "cache, plain"),
+    ];
     for &c in levels {
         for (a, b) in pairs {
-            if !run.runs.iter().any(|r| r.variant == a) || !run.runs.iter().any(|r| r.variant == b) {
+            if !run.runs.iter().any(|r| r.variant == a) || !run.runs.iter().any(|r| r.variant == b)
+            {
                 continue;
             }
             let (x, y) = (summarise(run, c, a), summarise(run, c, b));
@@ -118,7 +136,8 @@ fn ratios(run: &ConversationRun, levels: &[usize]) -> String {
 
 /// Median time to first token by turn, one column per configuration.
 fn by_turn(run: &ConversationRun, levels: &[usize], variants: &[String]) -> String {
-    let mut md = String::from("\nTime to first token by turn, median (ms):\n\n| concurrency | turn |");
+    let mut md =
+        String::from("\nTime to first token by turn, median (ms):\n\n| concurrency | turn |");
     for v in variants {
         let _ = write!(md, " {v} |");
     }
@@ -157,17 +176,41 @@ mod tests {
             repeat: 0,
             conversation: 0,
             turn,
-            sample: TurnSample { ttft, prompt_tokens: 100, cached_tokens: cached, completion_tokens: 10, ..Default::default() },
+            sample: TurnSample {
+                ttft,
+                prompt_tokens: 100,
+                cached_tokens: cached,
+                completion_tokens: 10,
+                ..Default::default()
+            },
         };
-        let runs = ["cache", "no-cache"].map(|v| RunRow { variant: v.into(), concurrency: 1, repeat: 0, seconds: 2.0, completion_tokens: 20, errors: 0 });
+        let runs = ["cache", "no-cache"].map(|v| RunRow {
+            variant: v.into(),
+            concurrency: 1,
+            repeat: 0,
+            seconds: 2.0,
+            completion_tokens: 20,
+            errors: 0,
+        });
         let run = ConversationRun {
             scenario: Kind::ChatTurns,
-            turns: vec![turn("cache", 1, 1.0, 0), turn("cache", 2, 0.1, 80), turn("no-cache", 1, 1.0, 0), turn("no-cache", 2, 0.8, 0)],
+            turns: vec![
+                turn("cache", 1, 1.0, 0),
+                turn("cache", 2, 0.1, 80),
+                turn("no-cache", 1, 1.0, 0),
+                turn("no-cache", 2, 0.8, 0),
+            ],
             runs: runs.to_vec(),
         };
         let md = markdown(&run);
-        assert!(md.contains("| 1 | cache | 2 | 1000 | 100 | 100 | 0.00 | 10.0 | 0.800 | 0 |"), "{md}");
-        assert!(md.contains("| 1 | cache vs no-cache | 8.00× lower | 1.00× |"), "{md}");
+        assert!(
+            md.contains("| 1 | cache | 2 | 1000 | 100 | 100 | 0.00 | 10.0 | 0.800 | 0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1 | cache vs no-cache | 8.00× lower | 1.00× |"),
+            "{md}"
+        );
         assert!(md.contains("| 1 | 2 | 100 | 800 |"), "{md}");
     }
 }

@@ -32,9 +32,10 @@ pub fn stream_turn(url: &str, key: &str, body: &Value) -> Result<TurnSample, Loa
         .set("Authorization", &format!("Bearer {key}"))
         .send_json(body.clone())
         .map_err(|e| match e {
-            ureq::Error::Status(code, r) => {
-                LoadgenError::Http(format!("status {code}: {}", r.into_string().unwrap_or_default()))
-            }
+            ureq::Error::Status(code, r) => LoadgenError::Http(format!(
+                "status {code}: {}",
+                r.into_string().unwrap_or_default()
+            )),
             e => LoadgenError::Http(e.to_string()),
         })?;
     let mut turn = TurnSample::default();
@@ -112,14 +113,32 @@ mod tests {
     #[test]
     fn call_pieces_and_usage_assemble_into_one_turn() {
         let mut t = TurnSample::default();
-        assert!(absorb(&mut t, &json!({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{\"a\""}}]})));
-        assert!(absorb(&mut t, &json!({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]})));
+        assert!(absorb(
+            &mut t,
+            &json!({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{\"a\""}}]})
+        ));
+        assert!(absorb(
+            &mut t,
+            &json!({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]})
+        ));
         assert!(!absorb(&mut t, &json!({"content": ""})));
-        read_usage(&mut t, &json!({"usage": {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}}));
-        assert_eq!(t.calls, vec![("c1".into(), "f".into(), "{\"a\": 1}".into())]);
-        assert_eq!((t.prompt_tokens, t.cached_tokens, t.completion_tokens), (10, 8, 3));
+        read_usage(
+            &mut t,
+            &json!({"usage": {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}}),
+        );
+        assert_eq!(
+            t.calls,
+            vec![("c1".into(), "f".into(), "{\"a\": 1}".into())]
+        );
+        assert_eq!(
+            (t.prompt_tokens, t.cached_tokens, t.completion_tokens),
+            (10, 8, 3)
+        );
         // llama-server's own account of its cache.
-        read_usage(&mut t, &json!({"usage": {"prompt_tokens": 12}, "timings": {"cache_n": 11}}));
+        read_usage(
+            &mut t,
+            &json!({"usage": {"prompt_tokens": 12}, "timings": {"cache_n": 11}}),
+        );
         assert_eq!(t.cached_tokens, 11);
     }
 }
