@@ -5,7 +5,8 @@
 //! Each configuration ([`Variant`]: the cache on or off per request with `cache_prompt`,
 //! speculation on or off) runs the same conversations on the same server, as a tenant of its
 //! own when an admin token is given (so no configuration starts from another's blocks).
-//! `--openai-only` sends only OpenAI's fields and `cache_prompt`, for llama-server.
+//! `--openai-only` sends only OpenAI's fields and `cache_prompt`, for llama-server (and writes
+//! the tool definitions into the system prompt, which its template would otherwise drop).
 
 mod report;
 mod turn;
@@ -281,7 +282,7 @@ fn converse(
     script: &Script,
     v: &Variant,
 ) -> Result<Vec<TurnSample>, LoadgenError> {
-    let mut messages = vec![json!({"role": "system", "content": fx.system})];
+    let mut messages = vec![json!({"role": "system", "content": system_text(cfg, fx)})];
     let mut samples = Vec::new();
     match script {
         Script::Chat(users) => {
@@ -309,6 +310,20 @@ fn converse(
         }
     }
     Ok(samples)
+}
+
+/// The system prompt. For another server (`--openai-only`) the tool definitions are written
+/// into it as well: llama-server's template for a model whose own template has no tools
+/// drops them, and the servers would then not read the same text.
+fn system_text(cfg: &ConversationConfig, fx: &Fixtures) -> String {
+    match (&fx.tools, cfg.openai_only) {
+        (Some(tools), true) => format!(
+            "{}\n\n# Tools\n\nCall exactly one of these functions each turn:\n{}",
+            fx.system,
+            serde_json::to_string(tools).unwrap_or_default()
+        ),
+        _ => fx.system.clone(),
+    }
 }
 
 /// The turn's first call; where a server answered without one (llama-server may), the
