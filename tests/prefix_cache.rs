@@ -367,6 +367,29 @@ fn a_tenant_hits_only_its_own_cached_prompts_unless_an_admin_shares_a_scope() {
     );
     assert_eq!(cached(&chat(&a, "Where?", json!({}))) % 16, 0);
 
+    // Structured output over a cached prompt: the same JSON as over a computed one.
+    let schema = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "who",
+        "schema": {"type": "object", "properties": {"author": {"type": "string"}},
+                   "required": ["author"], "additionalProperties": false}}},
+        "max_tokens": 24});
+    let structured = |extra: Value| {
+        let mut extra = extra;
+        extra
+            .as_object_mut()
+            .unwrap()
+            .extend(schema.as_object().unwrap().clone());
+        let (status, r) = server.post("/v1/chat/completions", &a, &body("Who wrote it?", extra));
+        assert_eq!(status, 200, "{r}");
+        (
+            r["choices"][0]["message"]["content"].clone(),
+            cached(&r["usage"]),
+        )
+    };
+    let (computed, none) = structured(json!({"cache_prompt": false}));
+    let (reused, hit) = structured(json!({}));
+    assert_eq!((none, &reused), (0, &computed));
+    assert!(hit >= 300, "the structured request reused {hit}");
+
     // Streamed usage (both endpoints) carries the field too.
     let streamed = server.stream(
         "/v1/chat/completions",

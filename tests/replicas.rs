@@ -369,3 +369,65 @@ fn a_sled_deployment_moves_to_postgresql_with_store_copy() {
         .sum();
     assert_eq!(requests, 3, "two before the move, one after: {rows}");
 }
+
+/// The router of docs/deploy.md in miniature: a stable hash of the Authorization header picks
+/// the replica (FNV-1a here; nginx's `hash … consistent` and Envoy's ring hash are others).
+fn route(authorization: &str, replicas: usize) -> usize {
+    let h = authorization
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    (h % replicas as u64) as usize
+}
+
+#[test]
+fn a_conversation_routed_by_key_hits_its_replicas_cache_and_a_replica_without_it_answers_alike() {
+    let Some(shared) = shared() else { return };
+    let replicas = [shared.replica(&[]), shared.replica(&[])];
+    let key = replicas[0].tenant("talker");
+    let home = route(&format!("Bearer {key}"), replicas.len());
+    let system = common::fixture("prompts/rag.jsonl");
+    let ask = |s: &Server| {
+        let body = json!({"model": s.model_id, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Who wrote it?"}]});
+        let (status, v) = s.post("/v1/chat/completions", &key, &body);
+        assert_eq!(status, 200, "{v}");
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        (v["choices"][0]["message"]["content"].clone(), cached)
+    };
+    let (first, cold) = ask(&replicas[home]);
+    let (again, hit) = ask(&replicas[home]);
+    assert_eq!((cold, again.clone()), (0, first.clone()));
+    assert!(hit >= 300, "the home replica reused {hit} tokens");
+    // A replica that has not seen the prompt computes it all and answers the same.
+    let (away, miss) = ask(&replicas[1 - home]);
+    assert_eq!((away, miss), (first, 0));
+    // History is one state: the cached tokens reach the analytics of either replica.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, v) = common::server::request(
+            "GET",
+            &replicas[1 - home].url("/v1/analytics/routes?tenant=talker"),
+            common::server::ADMIN,
+            None,
+        );
+        assert_eq!(status, 200, "{v}");
+        let cached: u64 = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["cached_tokens"].as_u64().unwrap_or(0))
+            .sum();
+        if cached == hit {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "history shows {cached} cached tokens, not {hit}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -123,6 +123,21 @@ impl PrefixCache {
         }
     }
 
+    /// Where the caches share a fixed pool with the sequences (a GPU's): evict cached blocks no
+    /// sequence uses, least recently used first, until `needed` bytes are free, so the cache
+    /// never takes room admission promised. A no-op where caches grow in host memory.
+    pub fn make_room(&mut self, model: &mut dyn TargetBackend, needed: usize) {
+        let block = BLOCK_TOKENS * model.config().kv_bytes_per_token();
+        while let Some(free) = model.kv_free_bytes().filter(|&f| f < needed) {
+            let gone = self.index.evict((needed - free).div_ceil(block.max(1)));
+            if gone.is_empty() {
+                break;
+            }
+            model.drop_blocks(&gone);
+            metrics::counter!("specgate_prefix_cache_evictions_total").increment(gone.len() as u64);
+        }
+    }
+
     /// Let a lease go without caching anything more (a failed sequence).
     pub fn release(&mut self, lease: &mut Lease) {
         self.index.release(&std::mem::take(&mut lease.blocks));

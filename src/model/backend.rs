@@ -112,6 +112,13 @@ pub trait TargetBackend: Send {
         0
     }
 
+    /// Where the caches live in a pool of fixed size: its bytes free now (cached blocks no
+    /// sequence holds count as used: the engine evicts them when admission needs the room).
+    /// None: host memory that grows as needed.
+    fn kv_free_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// Single-sequence convenience: append `tokens` and return logits per `rows`.
     fn forward_one(
         &mut self,
@@ -207,5 +214,9 @@ impl<B: TargetBackend + ?Sized> TargetBackend for Box<B> {
 
     fn block_bytes(&self) -> usize {
         (**self).block_bytes()
+    }
+
+    fn kv_free_bytes(&self) -> Option<usize> {
+        (**self).kv_free_bytes()
     }
 }

@@ -68,6 +68,17 @@ impl CudaModel {
             .map(|it| self.seqs.get(&it.seq).map_or(0, |c| c.len()))
             .collect();
         self.reserve(items, &lens)?;
+        // A pass writes from each sequence's length on: never into a block it shares.
+        for (it, &len) in items.iter().zip(&lens) {
+            if let Err(e) = self.unshare(it.seq, len) {
+                for (back, &l) in items.iter().zip(&lens) {
+                    if let Some(c) = self.seqs.get_mut(&back.seq) {
+                        c.truncate(l, &mut self.pool);
+                    }
+                }
+                return Err(e);
+            }
+        }
         let plan = {
             let blocks: Vec<&[u32]> = items
                 .iter()

@@ -15,6 +15,7 @@ use crate::model::{
     BatchItem, BatchOutput, ForwardOptions, GgufMetadata, KvLayer, ModelConfig, ModelError, SeqId,
     TargetBackend,
 };
+use crate::prefix::BlockId;
 
 /// The widest head the attention kernel holds (`MAX_HEAD_DIM` in attention.cu).
 const MAX_HEAD_DIM: usize = 256;
@@ -39,6 +40,9 @@ pub struct CudaModel {
     pub(super) positions: usize,
     pub(super) pool: BlockPool,
     pub(super) seqs: HashMap<SeqId, SeqCache>,
+    /// Prefix-cache blocks: pool blocks the cache holds (shared with sequences, never
+    /// written while shared: a writer moves to a copy first).
+    pub(super) stored: HashMap<BlockId, u32>,
     /// Keys and values of every layer: [layers, blocks, KV_BLOCK, kv_width] f16 bits.
     pub(super) k_pool: CudaSlice<u16>,
     pub(super) v_pool: CudaSlice<u16>,
@@ -113,6 +117,7 @@ impl CudaModel {
             positions,
             pool: BlockPool::new(blocks),
             seqs: HashMap::new(),
+            stored: HashMap::new(),
             k_pool,
             v_pool,
             gelu_table,
@@ -198,6 +203,7 @@ impl TargetBackend for CudaModel {
             )));
         }
         if !keep.is_empty() {
+            self.unshare(seq, base)?;
             self.launch_keep(seq, base, keep).map_err(dev)?;
         }
         let cache = self
@@ -238,9 +244,106 @@ impl TargetBackend for CudaModel {
         let (keys, values) = self.copy_layer(cache, layer, len).ok()?;
         Some(KvLayer { len, keys, values })
     }
+
+    // Blocks are shared in the pool: a cached block is one more holder of the sequence's
+    // block, a sequence started from cached blocks holds them too, and a write into a shared
+    // block first moves the writer to a copy (`SeqCache::unshare_from`).
+    fn keeps_blocks(&self) -> bool {
+        true
+    }
+
+    fn store_block(
+        &mut self,
+        seq: SeqId,
+        id: BlockId,
+        first: usize,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        let cache = self.seq(seq)?;
+        let shortest = cache.layer_lens.iter().copied().min().unwrap_or(0);
+        if first % KV_BLOCK != 0 || len != KV_BLOCK || first + len > shortest {
+            return Err(ModelError::Invalid(format!(
+                "a cached block is one whole pool block of committed tokens ({first}+{len} of \
+                 {shortest})"
+            )));
+        }
+        let block = cache.blocks[first / KV_BLOCK];
+        self.pool.share(block);
+        if let Some(old) = self.stored.insert(id, block) {
+            self.pool.give([old]);
+        }
+        Ok(())
+    }
+
+    fn new_sequence_from(&mut self, blocks: &[BlockId]) -> Result<SeqId, ModelError> {
+        let pool_blocks = blocks
+            .iter()
+            .map(|id| self.stored.get(id).copied())
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| ModelError::Invalid("a cached block is gone".into()))?;
+        let id = SeqId(self.next_seq);
+        self.next_seq += 1;
+        let cache = SeqCache::from_shared(self.config.n_layers, &pool_blocks, &mut self.pool);
+        self.seqs.insert(id, cache);
+        Ok(id)
+    }
+
+    fn drop_blocks(&mut self, ids: &[BlockId]) {
+        for id in ids {
+            if let Some(b) = self.stored.remove(id) {
+                self.pool.give([b]);
+            }
+        }
+    }
+
+    fn block_bytes(&self) -> usize {
+        self.stored.len() * block_bytes(&self.config)
+    }
+
+    fn kv_free_bytes(&self) -> Option<usize> {
+        Some(self.pool.available() * block_bytes(&self.config))
+    }
 }
 
 impl CudaModel {
+    /// Give `seq` its own copy of every shared block it is about to write from position
+    /// `from` on; nothing changes when the pool is short.
+    pub(super) fn unshare(&mut self, seq: SeqId, from: usize) -> Result<(), ModelError> {
+        let cache = self
+            .seqs
+            .get_mut(&seq)
+            .ok_or(ModelError::UnknownSequence(seq))?;
+        let copies = cache.unshare_from(from, &mut self.pool).ok_or_else(|| {
+            ModelError::Device(
+                CudaError::KvFull {
+                    blocks: self.pool.capacity(),
+                }
+                .to_string(),
+            )
+        })?;
+        let block = KV_BLOCK * self.config.kv_width();
+        let stride = self.layer_stride();
+        for (src, dst) in copies {
+            for layer in 0..self.config.n_layers {
+                let (s, d) = (
+                    layer * stride + src as usize * block,
+                    layer * stride + dst as usize * block,
+                );
+                for pool in [&mut self.k_pool, &mut self.v_pool] {
+                    // Through a scratch buffer: one slice cannot lend a view and a mutable one.
+                    let mut tmp = self.gpu.stream.alloc_zeros::<u16>(block)?;
+                    self.gpu
+                        .stream
+                        .memcpy_dtod(&pool.slice(s..s + block), &mut tmp)?;
+                    self.gpu
+                        .stream
+                        .memcpy_dtod(&tmp, &mut pool.slice_mut(d..d + block))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Move kept tree rows into place in every layer (kernel kv_keep).
     fn launch_keep(&self, seq: SeqId, base: usize, keep: &[usize]) -> Result<(), CudaError> {
         let cache = self

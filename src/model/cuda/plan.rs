@@ -15,10 +15,12 @@ pub const MAX_ROWS: usize = 16;
 /// mask offset (−1: causal).
 pub const RI_INTS: usize = 6;
 
-/// The KV pool's blocks not held by any sequence.
+/// The KV pool's blocks: the free ones, and how many holders (sequences, the prefix cache)
+/// each other block has. A block with more than one holder is shared and read only.
 #[derive(Debug)]
 pub struct BlockPool {
     free: Vec<u32>,
+    refs: Vec<u32>,
     capacity: usize,
 }
 
@@ -26,8 +28,21 @@ impl BlockPool {
     pub fn new(capacity: usize) -> Self {
         Self {
             free: (0..capacity as u32).rev().collect(),
+            refs: vec![0; capacity],
             capacity,
         }
+    }
+
+    /// One more holder of a held block (a cached block, a sequence started from it).
+    pub fn share(&mut self, block: u32) {
+        if let Some(r) = self.refs.get_mut(block as usize) {
+            *r += 1;
+        }
+    }
+
+    /// Whether a block has more than one holder (no holder may write it).
+    pub fn is_shared(&self, block: u32) -> bool {
+        self.refs.get(block as usize).is_some_and(|&r| r > 1)
     }
 
     pub fn capacity(&self) -> usize {
@@ -40,11 +55,24 @@ impl BlockPool {
 
     fn take(&mut self, n: usize) -> Option<Vec<u32>> {
         let at = self.free.len().checked_sub(n)?;
-        Some(self.free.split_off(at))
+        let taken = self.free.split_off(at);
+        for &b in &taken {
+            self.refs[b as usize] = 1;
+        }
+        Some(taken)
     }
 
-    fn give(&mut self, blocks: impl IntoIterator<Item = u32>) {
-        self.free.extend(blocks);
+    /// One holder lets go of each block; a block nobody holds is free again.
+    pub fn give(&mut self, blocks: impl IntoIterator<Item = u32>) {
+        for b in blocks {
+            let Some(r) = self.refs.get_mut(b as usize) else {
+                continue;
+            };
+            *r = r.saturating_sub(1);
+            if *r == 0 {
+                self.free.push(b);
+            }
+        }
     }
 }
 
@@ -76,6 +104,35 @@ impl SeqCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A sequence whose cache starts with these full, shared blocks (the prefix cache's): it
+    /// holds each as one more holder.
+    pub fn from_shared(n_layers: usize, blocks: &[u32], pool: &mut BlockPool) -> Self {
+        for &b in blocks {
+            pool.share(b);
+        }
+        Self {
+            blocks: blocks.to_vec(),
+            layer_lens: vec![blocks.len() * KV_BLOCK; n_layers],
+        }
+    }
+
+    /// Before the device writes positions from `from` on: every shared block there is
+    /// replaced by a fresh one of this sequence's own. Returns the (shared, fresh) pairs whose
+    /// contents the device must copy first; None (nothing changed) when the pool is short.
+    pub fn unshare_from(&mut self, from: usize, pool: &mut BlockPool) -> Option<Vec<(u32, u32)>> {
+        let at: Vec<usize> = (from / KV_BLOCK..self.blocks.len())
+            .filter(|&i| pool.is_shared(self.blocks[i]))
+            .collect();
+        let fresh = pool.take(at.len())?;
+        let mut copies = Vec::with_capacity(at.len());
+        for (i, new) in at.into_iter().zip(fresh) {
+            let old = std::mem::replace(&mut self.blocks[i], new);
+            pool.give([old]);
+            copies.push((old, new));
+        }
+        Some(copies)
     }
 
     /// Hold blocks for `tokens` tokens; all or nothing (false: the pool is short).

@@ -92,3 +92,58 @@ fn a_tree_row_sees_its_ancestors_at_its_depth_and_masks_span_words() {
     assert_eq!(p.masks.len(), 65 * 3);
     assert_eq!(&p.masks[64 * 3..], &[1, 0, 1]);
 }
+
+#[test]
+fn a_shared_block_is_freed_by_its_last_holder_only() {
+    let mut pool = BlockPool::new(4);
+    let mut a = SeqCache::new(1);
+    assert!(a.reserve(&mut pool, 32));
+    a.appended(1, 32);
+    let cached = a.blocks.clone();
+    cached.iter().for_each(|&b| pool.share(b)); // the prefix cache keeps both blocks
+    let mut b = SeqCache::from_shared(1, &cached, &mut pool);
+    assert_eq!((b.len(), pool.available()), (32, 2));
+    a.release(&mut pool);
+    b.release(&mut pool);
+    assert_eq!(pool.available(), 2, "the cache still holds them");
+    pool.give(cached);
+    assert_eq!(pool.available(), 4);
+}
+
+#[test]
+fn writing_into_a_shared_block_moves_the_writer_to_a_copy() {
+    let mut pool = BlockPool::new(6);
+    let mut owner = SeqCache::new(1);
+    assert!(owner.reserve(&mut pool, 32));
+    owner.appended(1, 32);
+    let cached = owner.blocks.clone();
+    cached.iter().for_each(|&b| pool.share(b));
+    // Appends after the shared blocks touch none of them.
+    let mut seq = SeqCache::from_shared(1, &cached, &mut pool);
+    assert_eq!(seq.unshare_from(32, &mut pool), Some(vec![]));
+    // A rollback into the second block, then a write there: the writer gets its own copy.
+    seq.truncate(20, &mut pool);
+    let copies = seq.unshare_from(20, &mut pool).expect("room for a copy");
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].0, cached[1]);
+    assert_eq!(seq.blocks, vec![cached[0], copies[0].1]);
+    assert!(
+        pool.is_shared(cached[0]) && pool.is_shared(cached[1]),
+        "the cache and the owner keep theirs"
+    );
+    // The owner writes into its own (now shared) blocks the same way.
+    owner.truncate(5, &mut pool);
+    let copies = owner.unshare_from(5, &mut pool).expect("room");
+    assert_eq!(
+        copies.iter().map(|c| c.0).collect::<Vec<_>>(),
+        vec![cached[0]]
+    );
+    // With no free block, nothing changes.
+    let mut full = BlockPool::new(1);
+    let mut s = SeqCache::new(1);
+    assert!(s.reserve(&mut full, 16));
+    full.share(s.blocks[0]);
+    let before = s.clone();
+    assert_eq!(s.unshare_from(0, &mut full), None);
+    assert_eq!(s, before);
+}

@@ -1,5 +1,8 @@
 //! The engine thread's loop: admit, gather one ragged batch, run it, settle every sequence.
 
+mod admission;
+mod delivery;
+
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -9,9 +12,8 @@ use std::time::{Duration, Instant};
 use specgate_policies::k_under_load;
 
 use super::prefix::{Lease, PrefixCache};
-use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Submission, Summary};
-use crate::engine::generate::GenerateError;
-use crate::engine::sequence::{FinishReason, RoundInput, SequenceState};
+use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Submission};
+use crate::engine::sequence::{RoundInput, SequenceState};
 use crate::model::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
 
@@ -144,31 +146,6 @@ impl Engine {
         }
     }
 
-    /// Free a slot and its cache; with `keep`, its committed tokens' full blocks stay in the
-    /// prefix cache (not after a failure, whose cache may hold anything).
-    fn retire(&mut self, i: usize, keep: bool) {
-        let mut live = self.live.swap_remove(i);
-        if !live.sub.shadow {
-            crate::telemetry::record_spec(&live.sub.route, &live.sub.plan, &live.state.stats);
-        }
-        if let Some(cache) = self.prefix.as_mut() {
-            if keep {
-                let tokens = live.state.tokens();
-                cache.register(
-                    &mut self.lm.model,
-                    live.state.seq,
-                    tokens,
-                    &mut live.lease,
-                    false,
-                );
-            } else {
-                cache.release(&mut live.lease);
-            }
-        }
-        self.lm.model.release(live.state.seq);
-        self.reserved -= live.reserved;
-    }
-
     fn step(&mut self) {
         // Clients that went away: free their caches before spending a pass on them.
         for i in (0..self.live.len()).rev() {
@@ -287,53 +264,6 @@ impl Engine {
         }
     }
 
-    /// Move waiting requests into free slots while their KV reservation fits (FIFO: a large
-    /// request at the head is not overtaken, so it cannot starve).
-    fn admit(&mut self) {
-        while self.live.len() < self.config.max_sequences {
-            let Some((sub, _)) = self.waiting.front() else {
-                break;
-            };
-            let reserve = super::kv_reservation(sub, self.lm.model.config().kv_bytes_per_token());
-            if self.reserved + reserve > self.config.kv_budget_bytes && !self.live.is_empty() {
-                break;
-            }
-            let Some((mut sub, since)) = self.waiting.pop_front() else {
-                break;
-            };
-            self.status.queued.fetch_sub(1, Ordering::SeqCst);
-            if sub.events.is_closed() {
-                continue;
-            }
-            let (seq, cached, lease) = match self.prefix.as_mut() {
-                Some(cache) => cache.start(&mut self.lm.model, sub.cache, &sub.prompt, &sub.route),
-                None => (self.lm.model.new_sequence(), 0, Lease::default()),
-            };
-            let mut state = SequenceState::new(seq, &sub.prompt, &sub.params);
-            if sub.shadow {
-                state.track_gaps();
-            }
-            if let Some(top) = sub.logprobs {
-                state.track_logprobs(top);
-            }
-            if let Some(grammar) = sub.grammar.take() {
-                state.constrain(grammar);
-            }
-            self.reserved += reserve;
-            self.live.push(Live {
-                sub,
-                state,
-                prefilled: cached,
-                cached,
-                lease,
-                reserved: reserve,
-                queued: since.elapsed(),
-                round_company: 0,
-                held: Default::default(),
-            });
-        }
-    }
-
     /// Seed the step-cost fit with this machine's own timings before serving. Without them
     /// the engine prices a verify row with the cost model's prior until traffic fits it.
     fn calibrate(&mut self) {
@@ -393,68 +323,6 @@ impl Engine {
             work.push(Work::Prefill(i, n));
         }
         work
-    }
-
-    /// Send a step's outcome to its request. When the sequence has ended: Some(whether its
-    /// cache is sound to keep).
-    fn deliver(&mut self, i: usize, outcome: Result<String, GenerateError>) -> Option<bool> {
-        let l = &mut self.live[i];
-        let text = match outcome {
-            Ok(text) => text,
-            Err(e) => {
-                let _ = l.sub.events.send(Event::Failed(e.to_string()));
-                return Some(false);
-            }
-        };
-        let tokens = l.state.generated().len();
-        l.held.text += &text;
-        l.held.steps.push((Instant::now(), tokens));
-        if l.sub.stream || l.state.is_finished() {
-            let Undelivered { text, steps } = std::mem::take(&mut l.held);
-            let _ = l.sub.events.send(Event::Text {
-                text,
-                logprobs: l.state.take_logprobs(),
-                steps,
-            });
-        }
-        if !l.state.is_finished() {
-            return None;
-        }
-        let tail = match l.state.finish(&mut *l.sub.drafter, &self.lm.tokenizer) {
-            Ok(tail) => tail,
-            Err(e) => {
-                let _ = l.sub.events.send(Event::Failed(e.to_string()));
-                return Some(false);
-            }
-        };
-        // The tail carries the log-probabilities still held (text held to the end, or cut by
-        // a stop string).
-        let logprobs = l.state.take_logprobs();
-        if !tail.is_empty() || !logprobs.is_empty() {
-            let _ = l.sub.events.send(Event::Text {
-                text: tail,
-                logprobs,
-                steps: Vec::new(),
-            });
-        }
-        let summary = Summary {
-            prompt_tokens: l.state.prompt().len(),
-            cached_tokens: l.cached,
-            completion_tokens: tokens,
-            finish_reason: l.state.finish_reason().unwrap_or(FinishReason::Length),
-            plan: l.sub.plan,
-            stats: l.state.stats.clone(),
-            queued: l.queued,
-            sequences: match l.state.stats.rounds {
-                0 => 1.0,
-                rounds => l.round_company as f64 / rounds as f64,
-            },
-            token_ids: l.state.generated().to_vec(),
-            prediction: l.sub.drafter.prediction_tokens(),
-            top2_gaps: l.state.gaps().to_vec(),
-        };
-        let _ = l.sub.events.send(Event::Done(summary));
-        Some(true)
     }
 
     fn fail_all(&mut self, why: &str) {
