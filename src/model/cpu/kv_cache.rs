@@ -101,6 +101,13 @@ impl KvCache {
         })
     }
 
+    /// Room for `tokens` more positions in every layer without reallocating.
+    pub fn reserve(&mut self, tokens: usize) {
+        for buf in self.keys.iter_mut().chain(&mut self.values) {
+            buf.reserve(tokens * self.width);
+        }
+    }
+
     /// Append another cache's positions after this one's, layer by layer (a cached block
     /// starting a sequence).
     pub fn extend_from(&mut self, other: &KvCache) {

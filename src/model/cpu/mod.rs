@@ -198,6 +198,12 @@ impl TargetBackend for CpuModel {
 
     fn new_sequence_from(&mut self, blocks: &[BlockId]) -> Result<SeqId, ModelError> {
         let mut cache = KvCache::new(self.config.n_layers, self.config.kv_width());
+        let tokens: usize = blocks
+            .iter()
+            .filter_map(|id| self.blocks.get(id))
+            .map(KvCache::len)
+            .sum();
+        cache.reserve(tokens);
         for id in blocks {
             let block = self
                 .blocks
