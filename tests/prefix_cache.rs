@@ -66,7 +66,7 @@ fn a_sequence_started_from_cached_blocks_computes_the_same_logits_bit_for_bit() 
             .expect("prefill");
         let blocks: Vec<BlockId> = (0..3).map(|i| BlockId(1000 + i)).collect();
         for (i, &id) in blocks.iter().enumerate() {
-            let first = i as usize * BLOCK_TOKENS;
+            let first = i * BLOCK_TOKENS;
             model
                 .store_block(full, id, first, BLOCK_TOKENS)
                 .expect("store");

@@ -261,7 +261,7 @@ impl TargetBackend for CudaModel {
     ) -> Result<(), ModelError> {
         let cache = self.seq(seq)?;
         let shortest = cache.layer_lens.iter().copied().min().unwrap_or(0);
-        if first % KV_BLOCK != 0 || len != KV_BLOCK || first + len > shortest {
+        if !first.is_multiple_of(KV_BLOCK) || len != KV_BLOCK || first + len > shortest {
             return Err(ModelError::Invalid(format!(
                 "a cached block is one whole pool block of committed tokens ({first}+{len} of \
                  {shortest})"
