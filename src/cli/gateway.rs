@@ -85,7 +85,7 @@ pub struct ServeArgs {
     prefix_cache_mib: usize,
     /// The share of the prefix cache (0-1) past which one tenant (or shared scope) makes
     /// room only by evicting its own blocks.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = share)]
     prefix_cache_tenant_share: f64,
     #[arg(long, default_value_t = 2048)]
     max_tokens_limit: usize,
@@ -469,4 +469,13 @@ fn run_conversations(
         serde_json::to_string_pretty(&run)?,
     )?;
     Ok(())
+}
+
+/// A share from 0 to 1.
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        Ok(_) => Err("must be from 0 to 1".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }

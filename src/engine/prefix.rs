@@ -22,9 +22,11 @@ pub(super) struct Lease {
 }
 
 impl PrefixCache {
-    /// None where it is off (0 bytes) or the backend keeps no blocks.
+    /// None where it is off (less than one block's bytes) or the backend keeps no blocks.
     pub fn new(model: &dyn TargetBackend, bytes: usize, scope_share: f64) -> Option<Self> {
-        if bytes == 0 {
+        let block_bytes = BLOCK_TOKENS * model.config().kv_bytes_per_token();
+        let capacity = bytes / block_bytes.max(1);
+        if capacity == 0 {
             return None;
         }
         if !model.keeps_blocks() {
@@ -34,8 +36,6 @@ impl PrefixCache {
             );
             return None;
         }
-        let block_bytes = BLOCK_TOKENS * model.config().kv_bytes_per_token();
-        let capacity = bytes / block_bytes.max(1);
         Some(Self {
             index: PrefixIndex::new(BLOCK_TOKENS, capacity, scope_share),
         })
@@ -58,33 +58,36 @@ impl PrefixCache {
             ("tenant", route.tenant.clone()),
             ("class", route.class.name().to_string()),
         ];
-        metrics::counter!("specgate_prefix_cache_queries_total", &labels)
-            .increment(prompt.len() as u64);
-        metrics::counter!("specgate_prefix_cache_hits_total", &labels).increment(hit.tokens as u64);
         let mut lease = Lease {
             scope: Some(scope),
             blocks: Vec::new(),
         };
-        if hit.blocks.is_empty() {
-            return (model.new_sequence(), 0, lease);
-        }
         // The cache may cost a request its hit, never its answer.
-        match model.new_sequence_from(&hit.blocks) {
-            Ok(seq) => {
-                self.index.acquire(&hit.blocks);
-                lease.blocks = hit.blocks;
-                (seq, hit.tokens, lease)
-            }
-            Err(e) => {
-                eprintln!("specgate: starting from cached blocks failed, prefilling: {e}");
-                (model.new_sequence(), 0, lease)
-            }
-        }
+        let (seq, cached) = match hit.blocks.is_empty() {
+            true => (model.new_sequence(), 0),
+            false => match model.new_sequence_from(&hit.blocks) {
+                Ok(seq) => {
+                    self.index.acquire(&hit.blocks);
+                    lease.blocks = hit.blocks;
+                    (seq, hit.tokens)
+                }
+                Err(e) => {
+                    eprintln!("specgate: starting from cached blocks failed, prefilling: {e}");
+                    (model.new_sequence(), 0)
+                }
+            },
+        };
+        metrics::counter!("specgate_prefix_cache_queries_total", &labels)
+            .increment(prompt.len() as u64);
+        metrics::counter!("specgate_prefix_cache_hits_total", &labels).increment(cached as u64);
+        (seq, cached, lease)
     }
 
     /// Cache the full blocks of `tokens`, the committed tokens whose KV `seq` holds (its
     /// cache may hold fewer: only those are taken). With `hold`, the lease becomes the
-    /// registered chain (the sequence runs on); otherwise the lease is let go.
+    /// registered chain (the sequence runs on), which then stops where another sequence
+    /// cached the same tokens meanwhile (the sequence holds its own copies, not those: the
+    /// rest is registered when it ends); otherwise the lease is let go.
     pub fn register(
         &mut self,
         model: &mut dyn TargetBackend,
@@ -97,16 +100,24 @@ impl PrefixCache {
             return;
         };
         let cached = model.seq_len(seq).unwrap_or(0).min(tokens.len());
-        let done = self.index.register(scope, &tokens[..cached]);
+        let own_from = hold.then_some(lease.blocks.len());
+        let mut done = self.index.register(scope, &tokens[..cached], own_from);
         model.drop_blocks(&done.evicted);
         metrics::counter!("specgate_prefix_cache_evictions_total")
             .increment(done.evicted.len() as u64);
-        let mut failed = Vec::new();
-        for &(id, index) in &done.created {
-            if let Err(e) = model.store_block(seq, id, index * BLOCK_TOKENS, BLOCK_TOKENS) {
-                eprintln!("specgate: a prefix-cache block was not kept: {e}");
-                failed.push(id);
-            }
+        let failed = done.created.iter().find_map(|&(id, index)| {
+            let stored = model.store_block(seq, id, index * BLOCK_TOKENS, BLOCK_TOKENS);
+            stored.err().map(|e| (id, e))
+        });
+        // A block whose bytes were not kept must not be found: it and every block created
+        // after it in this chain (its descendants) leave; the chain before it stays.
+        if let Some((id, e)) = failed {
+            eprintln!("specgate: a prefix-cache block was not kept: {e}");
+            let gone = self.index.forget(&[id]);
+            model.drop_blocks(&gone);
+            metrics::counter!("specgate_prefix_cache_evictions_total").increment(gone.len() as u64);
+            let at = done.chain.iter().position(|&b| b == id);
+            done.chain.truncate(at.unwrap_or(done.chain.len()));
         }
         if hold {
             self.index.acquire(&done.chain);
@@ -114,12 +125,6 @@ impl PrefixCache {
         self.index.release(&std::mem::take(&mut lease.blocks));
         if hold {
             lease.blocks = done.chain;
-        }
-        // A block whose bytes were not kept must not be found (its descendants go with it).
-        if !failed.is_empty() {
-            self.index.release(&lease.blocks);
-            lease.blocks.clear();
-            model.drop_blocks(&self.index.forget(&failed));
         }
     }
 

@@ -146,17 +146,25 @@ impl PrefixIndex {
 
     /// Cache the full blocks of `tokens` (committed tokens whose KV the sequence holds):
     /// blocks already cached are marked used, the others created while there is room.
-    pub fn register(&mut self, scope: CacheScope, tokens: &[TokenId]) -> Registered {
+    /// With `own_from: Some(n)`, a block found cached at index n or later ends the
+    /// registration: its bytes are not the sequence's own (another sequence computed the same
+    /// tokens meanwhile), so a sequence that goes on holding its chain must not hold that one
+    /// (on a shared pool it would pin memory no sequence uses).
+    pub fn register(
+        &mut self,
+        scope: CacheScope,
+        tokens: &[TokenId],
+        own_from: Option<usize>,
+    ) -> Registered {
         let mut done = Registered::default();
         let mut parent: Option<BlockId> = None;
         for (index, chunk) in tokens.chunks_exact(self.block_tokens).enumerate() {
-            let id = match self.find(scope, parent, chunk) {
+            let hash = self.chain_hash(scope, parent, chunk);
+            let id = match self.found(hash, scope, parent, chunk) {
+                Some(_) if own_from.is_some_and(|n| index >= n) => break,
                 Some(id) => id,
                 None => {
-                    if self
-                        .by_hash
-                        .contains_key(&self.chain_hash(scope, parent, chunk))
-                    {
+                    if self.by_hash.contains_key(&hash) {
                         break; // a collision: the slot is taken by another chain
                     }
                     // The chain so far must survive the room made for its next block.
@@ -166,7 +174,7 @@ impl PrefixIndex {
                     if !room {
                         break;
                     }
-                    let id = self.insert(scope, parent, chunk);
+                    let id = self.insert(hash, scope, parent, chunk);
                     done.created.push((id, index));
                     id
                 }
@@ -250,7 +258,18 @@ impl PrefixIndex {
         parent: Option<BlockId>,
         chunk: &[TokenId],
     ) -> Option<BlockId> {
-        let id = *self.by_hash.get(&self.chain_hash(scope, parent, chunk))?;
+        self.found(self.chain_hash(scope, parent, chunk), scope, parent, chunk)
+    }
+
+    /// The block under `hash`, if it is this one: same scope, parent and token ids.
+    fn found(
+        &self,
+        hash: u64,
+        scope: CacheScope,
+        parent: Option<BlockId>,
+        chunk: &[TokenId],
+    ) -> Option<BlockId> {
+        let id = *self.by_hash.get(&hash)?;
         let b = self.blocks.get(&id)?;
         (b.scope == scope && b.parent == parent && *b.tokens == *chunk).then_some(id)
     }
@@ -289,10 +308,15 @@ impl PrefixIndex {
         true
     }
 
-    fn insert(&mut self, scope: CacheScope, parent: Option<BlockId>, chunk: &[TokenId]) -> BlockId {
+    fn insert(
+        &mut self,
+        hash: u64,
+        scope: CacheScope,
+        parent: Option<BlockId>,
+        chunk: &[TokenId],
+    ) -> BlockId {
         let id = BlockId(self.next_id);
         self.next_id += 1;
-        let hash = self.chain_hash(scope, parent, chunk);
         if let Some(p) = parent {
             self.set_idle(p, false);
             if let Some(b) = self.blocks.get_mut(&p) {

@@ -105,10 +105,9 @@ pub(crate) async fn get_limits(
     Ok(HttpResponse::Ok().json(limits_body(&state, &name, &o)))
 }
 
-/// Replace the overrides: `{"max_concurrent_requests": 4, "tokens_per_minute": 20000,
-/// "cache_scope": "acme-apps"}`; a field left out falls back to the configured default (no
-/// `cache_scope`: the tenant's own prefix-cache scope).
-/// Replace a tenant's limit overrides.
+/// Replace a tenant's limit overrides: `{"max_concurrent_requests": 4, "tokens_per_minute":
+/// 20000, "cache_scope": "acme-apps"}`; a field left out falls back to the configured default
+/// (no `cache_scope`: the tenant's own prefix-cache scope).
 #[utoipa::path(put, path = "/admin/v1/tenants/{name}/limits", tag = "admin",
     params(("name" = String, Path)), request_body = crate::store::limits::LimitOverrides,
     responses((status = 200, description = "Overrides and effective limits", body = Object)), security(("admin_token" = [])))]

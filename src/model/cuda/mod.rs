@@ -15,6 +15,8 @@ pub mod kernels;
 pub mod plan;
 
 #[cfg(feature = "cuda")]
+mod blocks;
+#[cfg(feature = "cuda")]
 mod forward;
 #[cfg(feature = "cuda")]
 mod gpu;

@@ -225,7 +225,8 @@ impl TargetBackend for CudaModel {
     }
 
     fn kv_bytes(&self) -> usize {
-        let held = self.pool.capacity() - self.pool.available();
+        // The sequences' KV, as on the CPU: blocks only the prefix cache holds are its own.
+        let held = self.pool.capacity() - self.pool.available() - self.cache_only_blocks();
         held * block_bytes(&self.config)
     }
 
@@ -306,44 +307,6 @@ impl TargetBackend for CudaModel {
 }
 
 impl CudaModel {
-    /// Give `seq` its own copy of every shared block it is about to write from position
-    /// `from` on; nothing changes when the pool is short.
-    pub(super) fn unshare(&mut self, seq: SeqId, from: usize) -> Result<(), ModelError> {
-        let cache = self
-            .seqs
-            .get_mut(&seq)
-            .ok_or(ModelError::UnknownSequence(seq))?;
-        let copies = cache.unshare_from(from, &mut self.pool).ok_or_else(|| {
-            ModelError::Device(
-                CudaError::KvFull {
-                    blocks: self.pool.capacity(),
-                }
-                .to_string(),
-            )
-        })?;
-        let block = KV_BLOCK * self.config.kv_width();
-        let stride = self.layer_stride();
-        for (src, dst) in copies {
-            for layer in 0..self.config.n_layers {
-                let (s, d) = (
-                    layer * stride + src as usize * block,
-                    layer * stride + dst as usize * block,
-                );
-                for pool in [&mut self.k_pool, &mut self.v_pool] {
-                    // Through a scratch buffer: one slice cannot lend a view and a mutable one.
-                    let mut tmp = self.gpu.stream.alloc_zeros::<u16>(block)?;
-                    self.gpu
-                        .stream
-                        .memcpy_dtod(&pool.slice(s..s + block), &mut tmp)?;
-                    self.gpu
-                        .stream
-                        .memcpy_dtod(&tmp, &mut pool.slice_mut(d..d + block))?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Move kept tree rows into place in every layer (kernel kv_keep).
     fn launch_keep(&self, seq: SeqId, base: usize, keep: &[usize]) -> Result<(), CudaError> {
         let cache = self

@@ -40,6 +40,11 @@ impl BlockPool {
         }
     }
 
+    /// How many hold a block (0: free).
+    pub fn holders(&self, block: u32) -> u32 {
+        self.refs.get(block as usize).copied().unwrap_or(0)
+    }
+
     /// Whether a block has more than one holder (no holder may write it).
     pub fn is_shared(&self, block: u32) -> bool {
         self.refs.get(block as usize).is_some_and(|&r| r > 1)

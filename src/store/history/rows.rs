@@ -97,7 +97,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
         "tenant,class,bucket_start,requests,tokens_out,drafted,accepted,target_passes,\
          acceptance_rate,mean_accepted_length,tokens_per_pass,tokens_per_second,\
          ttft_p50_ms,ttft_p95_ms,itl_p50_ms,itl_p95_ms,shadow_checks,shadow_mismatches,\
-         prompt_tokens,cached_tokens,prefix_cache_hit_rate,strategy_mix\n",
+         strategy_mix,prompt_tokens,cached_tokens,prefix_cache_hit_rate\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
     for r in rows {
@@ -107,7 +107,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out += &format!(
-            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{},{},{:.4},{}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{},{},{},{:.4}\n",
             r.tenant,
             r.class,
             r.bucket_start,
@@ -126,10 +126,10 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             opt(r.itl_p95_ms),
             r.shadow_checks,
             r.shadow_mismatches,
+            mix.join(" "),
             r.prompt_tokens,
             r.cached_tokens,
-            r.prefix_cache_hit_rate,
-            mix.join(" ")
+            r.prefix_cache_hit_rate
         );
     }
     out

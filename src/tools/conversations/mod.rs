@@ -143,11 +143,16 @@ fn load(dir: &Path, kind: Kind) -> Result<Fixtures, LoadgenError> {
             ),
             scripts: lines("agent-tasks.jsonl")?
                 .into_iter()
-                .map(|v| Script::Agent {
-                    task: v["task"].as_str().unwrap_or_default().to_string(),
-                    results: serde_json::from_value(v["results"].clone()).unwrap_or_default(),
+                .map(|v| match (v["task"].as_str(), serde_json::from_value(v["results"].clone())) {
+                    (Some(task), Ok(results)) => Ok(Script::Agent {
+                        task: task.to_string(),
+                        results,
+                    }),
+                    _ => Err(LoadgenError::Protocol(format!(
+                        "agent-tasks.jsonl: expected {{\"task\": text, \"results\": [text]}}, got {v}"
+                    ))),
                 })
-                .collect(),
+                .collect::<Result<_, _>>()?,
         },
     })
 }

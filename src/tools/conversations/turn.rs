@@ -10,6 +10,9 @@ use serde_json::Value;
 
 use crate::tools::loadgen::LoadgenError;
 
+/// Most calls one turn's answer is read for.
+const MAX_CALLS: usize = 64;
+
 /// A finished turn.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TurnSample {
@@ -71,7 +74,8 @@ fn absorb(turn: &mut TurnSample, delta: &Value) -> bool {
         any = true;
     }
     for call in delta["tool_calls"].as_array().into_iter().flatten() {
-        let i = call["index"].as_u64().unwrap_or(0) as usize;
+        // Another server's index is not trusted to be small.
+        let i = (call["index"].as_u64().unwrap_or(0) as usize).min(MAX_CALLS - 1);
         while turn.calls.len() <= i {
             turn.calls.push(Default::default());
         }
