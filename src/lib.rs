@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod heads;
 pub mod model;
 pub mod prefix;
+pub mod scheduler;
 pub mod store;
 pub mod telemetry;
 pub mod tools;

@@ -1,0 +1,16 @@
+//! Whom the engine serves next: per-tenant queues, weighted fair shares of the engine's work
+//! and strict priority tiers (pure: no clock, no threads; the engine loop only asks).
+//!
+//! - [`share`]: a request's tenant, weight and tier (from the tenant's limits);
+//! - [`fair`]: the tenants' virtual counters and each step's picks;
+//! - [`drafts`]: the step's spare rows for drafts, by expected accepted tokens.
+
+pub mod drafts;
+pub mod fair;
+pub mod share;
+
+pub use fair::{Candidate, FairShare};
+pub use share::{Priority, Share, MAX_WEIGHT};
+
+#[cfg(test)]
+mod fair_tests;
