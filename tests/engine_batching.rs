@@ -62,6 +62,7 @@ fn submission(
         stream: true,
         grammar: None,
         cache: None,
+        share: specgate::scheduler::Share::standard("t"),
     };
     (sub, rx)
 }

@@ -193,6 +193,7 @@ fn run(
             stream: false,
             grammar: None,
             cache,
+            share: specgate::scheduler::Share::standard("t"),
         })
         .expect("submit");
     let mut logprobs = Vec::new();

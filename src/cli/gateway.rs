@@ -75,9 +75,17 @@ pub struct ServeArgs {
     /// KV cache memory live sequences may reserve, in MiB.
     #[arg(long, default_value_t = 1024)]
     kv_budget_mib: usize,
-    /// Requests that may wait for a slot before 429.
+    /// Requests that may wait in all; past that, a tenant that already has requests waiting
+    /// gets 429.
     #[arg(long, default_value_t = 64)]
     queue_capacity: usize,
+    /// Requests one tenant may have waiting before its requests get 429.
+    #[arg(long, default_value_t = 32)]
+    tenant_queue_capacity: usize,
+    /// Whom each engine step serves: `fair` (tenants' weighted shares within priority
+    /// tiers) or `fcfs` (arrival order, for comparison).
+    #[arg(long, value_enum, default_value_t = specgate::scheduler::Scheduling::Fair)]
+    scheduling: specgate::scheduler::Scheduling,
     /// Occupancy (busy sequences / slots) at which speculation turns off.
     #[arg(long, default_value_t = 0.5)]
     spec_off_occupancy: f64,
@@ -226,6 +234,8 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
             max_sequences: args.max_sequences,
             kv_budget_bytes: args.kv_budget_mib << 20,
             queue_capacity: args.queue_capacity,
+            tenant_queue_capacity: args.tenant_queue_capacity,
+            scheduling: args.scheduling,
             spec_off_occupancy: args.spec_off_occupancy,
             prefix_cache_bytes: args.prefix_cache_mib << 20,
             prefix_cache_scope_share: args.prefix_cache_tenant_share,

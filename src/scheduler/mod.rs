@@ -14,3 +14,13 @@ pub use share::{Priority, Share, MAX_WEIGHT};
 
 #[cfg(test)]
 mod fair_tests;
+
+/// How the engine chooses whom each step serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scheduling {
+    /// Tenants' weighted fair shares within strict priority tiers.
+    #[default]
+    Fair,
+    /// Arrival order, every tenant alike (what the engine did before; for comparison).
+    Fcfs,
+}

@@ -119,7 +119,7 @@ pub fn concurrent_limit_edits_all_succeed_and_one_wins_whole(s: Arc<dyn TenantSt
                 let limits = LimitOverrides {
                     max_concurrent_requests: Some(n as u32),
                     tokens_per_minute: Some(100 * n),
-                    cache_scope: None,
+                    ..LimitOverrides::default()
                 };
                 (0..20).try_for_each(|_| s.set_limits("busy", limits.clone()))
             })
@@ -296,6 +296,8 @@ pub fn a_store_copies_into_another_and_reads_back_the_same(s: &super::Stores) {
         max_concurrent_requests: Some(3),
         tokens_per_minute: None,
         cache_scope: Some("acme-apps".into()),
+        weight: Some(3),
+        priority: Some(crate::scheduler::Priority::Interactive),
     };
     s.tenants.set_limits("kept", limits.clone()).unwrap();
     s.policies.seed_defaults().unwrap();

@@ -28,6 +28,24 @@ pub struct LimitOverrides {
     /// requests hit each other's cached prompts). Absent: the tenant's own scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_scope: Option<String>,
+    /// The tenant's share of the engine against the other tenants of its tier (1 to 1000;
+    /// absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// The tenant's tier: `interactive`, `standard` (absent) or `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::scheduler::Priority>,
+}
+
+impl LimitOverrides {
+    /// The tenant's share of the engine (weight and tier) under these overrides.
+    pub fn share(&self, tenant: &str) -> crate::scheduler::Share {
+        crate::scheduler::Share {
+            tenant: tenant.to_string(),
+            weight: self.weight.unwrap_or(1),
+            priority: self.priority.unwrap_or_default(),
+        }
+    }
 }
 
 impl Limits {
@@ -228,7 +246,7 @@ mod tests {
         let o = LimitOverrides {
             max_concurrent_requests: Some(1),
             tokens_per_minute: None,
-            cache_scope: None,
+            ..LimitOverrides::default()
         };
         assert_eq!(
             L.with(&o),

@@ -1,10 +1,8 @@
-//! Entering and leaving a batch slot: admission of waiting requests (their sequence started
-//! from the prefix cache where the prompt hits), room on a fixed KV pool, and retirement (the
-//! sequence's blocks kept for later prompts).
+//! Entering and leaving the live sequences: the start of a waiting request the scheduler
+//! picked (its sequence started from the prefix cache where the prompt hits), room on a fixed
+//! KV pool, and retirement (the sequence's blocks kept for later prompts).
 
-use std::sync::atomic::Ordering;
-
-use super::{Engine, Live};
+use super::{Engine, Live, Waiting};
 use crate::engine::prefix::Lease;
 use crate::engine::sequence::SequenceState;
 
@@ -13,6 +11,7 @@ impl Engine {
     /// prefix cache (not after a failure, whose cache may hold anything).
     pub(super) fn retire(&mut self, i: usize, keep: bool) {
         let mut live = self.live.swap_remove(i);
+        self.fair.leave(&live.sub.share.tenant);
         if !live.sub.shadow {
             crate::telemetry::record_spec(&live.sub.route, &live.sub.plan, &live.state.stats);
         }
@@ -34,58 +33,61 @@ impl Engine {
         self.reserved -= live.reserved;
     }
 
-    /// Move waiting requests into free slots while their KV reservation fits (FIFO: a large
-    /// request at the head is not overtaken, so it cannot starve).
-    pub(super) fn admit(&mut self) {
-        while self.live.len() < self.config.max_sequences {
-            let Some((sub, _)) = self.waiting.front() else {
-                break;
-            };
-            let reserve =
-                crate::engine::kv_reservation(sub, self.lm.model.config().kv_bytes_per_token());
-            if self.reserved + reserve > self.config.kv_budget_bytes && !self.live.is_empty() {
-                break;
-            }
-            let Some((mut sub, since)) = self.waiting.pop_front() else {
-                break;
-            };
-            self.status.queued.fetch_sub(1, Ordering::SeqCst);
-            if sub.events.is_closed() {
-                continue;
-            }
-            let (seq, cached, lease) = match self.prefix.as_mut() {
-                Some(cache) => cache.start(&mut self.lm.model, sub.cache, &sub.prompt, &sub.route),
-                None => (self.lm.model.new_sequence(), 0, Lease::default()),
-            };
-            let mut state = SequenceState::new(seq, &sub.prompt, &sub.params);
-            if sub.shadow {
-                state.track_gaps();
-            }
-            if let Some(top) = sub.logprobs {
-                state.track_logprobs(top);
-            }
-            if let Some(grammar) = sub.grammar.take() {
-                state.constrain(grammar);
-            }
-            self.reserved += reserve;
-            self.live.push(Live {
-                sub,
-                state,
-                prefilled: cached,
-                cached,
-                lease,
-                reserved: reserve,
-                queued: since.elapsed(),
-                round_company: 0,
-                held: Default::default(),
-            });
+    /// Give a waiting request its sequence (started from the prefix cache where its prompt
+    /// hits) and a place among the live ones; None when its client already went away.
+    pub(super) fn start(&mut self, w: Waiting) -> Option<usize> {
+        let Waiting {
+            mut sub,
+            since,
+            arrival,
+        } = w;
+        self.dequeued(&sub.share.tenant);
+        if sub.events.is_closed() {
+            self.fair.leave(&sub.share.tenant);
+            return None;
         }
-        self.room_for_reservations();
+        let reserve =
+            crate::engine::kv_reservation(&sub, self.lm.model.config().kv_bytes_per_token());
+        let (seq, cached, lease) = match self.prefix.as_mut() {
+            Some(cache) => cache.start(&mut self.lm.model, sub.cache, &sub.prompt, &sub.route),
+            None => (self.lm.model.new_sequence(), 0, Lease::default()),
+        };
+        let mut state = SequenceState::new(seq, &sub.prompt, &sub.params);
+        if sub.shadow {
+            state.track_gaps();
+        }
+        if let Some(top) = sub.logprobs {
+            state.track_logprobs(top);
+        }
+        if let Some(grammar) = sub.grammar.take() {
+            state.constrain(grammar);
+        }
+        let queued = since.elapsed();
+        let labels = [
+            ("tenant", sub.route.tenant.clone()),
+            ("priority", sub.share.priority.name().to_string()),
+        ];
+        metrics::histogram!("specgate_queue_seconds", &labels).record(queued.as_secs_f64());
+        self.reserved += reserve;
+        self.live.push(Live {
+            sub,
+            state,
+            prefilled: cached,
+            cached,
+            lease,
+            reserved: reserve,
+            queued,
+            arrival,
+            ran: false,
+            round_company: 0,
+            held: Default::default(),
+        });
+        Some(self.live.len() - 1)
     }
 
     /// On a fixed KV pool, what admitted sequences may still grow into must be free: cached
     /// blocks make way (one block per sequence allowed for rounding).
-    fn room_for_reservations(&mut self) {
+    pub(super) fn room_for_reservations(&mut self) {
         let Some(cache) = self.prefix.as_mut() else {
             return;
         };

@@ -2,8 +2,8 @@
 
 mod admission;
 mod delivery;
+mod schedule;
 
-use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -16,6 +16,8 @@ use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Sub
 use crate::engine::sequence::{RoundInput, SequenceState};
 use crate::model::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
+use crate::scheduler::drafts::{allocate, DraftWish};
+use crate::scheduler::FairShare;
 
 /// A sequence in a batch slot.
 struct Live {
@@ -27,6 +29,10 @@ struct Live {
     lease: Lease,
     reserved: usize,
     queued: Duration,
+    /// Arrival order: first come, first served within a tenant.
+    arrival: u64,
+    /// Ran in the last step (a sequence left out afterwards is paused).
+    ran: bool,
     /// Σ over the steps that ran this sequence's rounds of the sequences in them.
     round_company: u64,
     held: Undelivered,
@@ -41,6 +47,13 @@ struct Undelivered {
     steps: Vec<(Instant, usize)>,
 }
 
+/// A request that holds no KV yet.
+struct Waiting {
+    sub: Box<Submission>,
+    since: Instant,
+    arrival: u64,
+}
+
 /// One sequence's share of a step.
 enum Work {
     Round(usize, RoundInput),
@@ -53,8 +66,13 @@ pub struct Engine {
     config: Arc<EngineConfig>,
     status: Arc<EngineStatus>,
     rx: mpsc::Receiver<Command>,
-    waiting: VecDeque<(Box<Submission>, Instant)>,
+    waiting: Vec<Waiting>,
     live: Vec<Live>,
+    fair: FairShare,
+    arrivals: u64,
+    /// Sequences paused for a higher tier since the last log line, and when that was.
+    tier_pauses: u64,
+    pause_logged: Option<Instant>,
     reserved: usize,
     steps: u64,
     before_step: Option<StepHook>,
@@ -79,8 +97,12 @@ impl Engine {
             config,
             status,
             rx,
-            waiting: VecDeque::new(),
+            waiting: Vec::new(),
             live: Vec::new(),
+            fair: FairShare::default(),
+            arrivals: 0,
+            tier_pauses: 0,
+            pause_logged: None,
             reserved: 0,
             steps: 0,
             before_step,
@@ -129,15 +151,24 @@ impl Engine {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit(sub) => self.waiting.push_back((sub, Instant::now())),
+            Command::Submit(sub) => {
+                self.arrivals += 1;
+                self.fair.arrive(&sub.share);
+                self.waiting.push(Waiting {
+                    sub,
+                    since: Instant::now(),
+                    arrival: self.arrivals,
+                });
+            }
             Command::Cancel(id) => self.cancel(id),
         }
     }
 
     fn cancel(&mut self, id: RequestId) {
-        if let Some(i) = self.waiting.iter().position(|(s, _)| s.id == id) {
-            self.waiting.remove(i);
-            self.status.queued.fetch_sub(1, Ordering::SeqCst);
+        if let Some(i) = self.waiting.iter().position(|w| w.sub.id == id) {
+            let w = self.waiting.remove(i);
+            self.dequeued(&w.sub.share.tenant);
+            self.fair.leave(&w.sub.share.tenant);
             metrics::counter!("specgate_requests_cancelled_total").increment(1);
         }
         if let Some(i) = self.live.iter().position(|l| l.sub.id == id) {
@@ -154,15 +185,15 @@ impl Engine {
                 self.retire(i, true);
             }
         }
-        self.admit();
-        if self.live.is_empty() {
+        let run = self.schedule();
+        if run.is_empty() {
             return;
         }
         self.steps += 1;
         if let Some(hook) = &mut self.before_step {
             hook(self.steps);
         }
-        let work = self.gather();
+        let work = self.gather(&run);
         let items: Vec<BatchItem<'_>> = work
             .iter()
             .map(|w| match w {
@@ -227,6 +258,7 @@ impl Engine {
                 Work::Round(i, round) => {
                     let l = &mut self.live[i];
                     l.round_company += company;
+                    let before = l.state.generated().len();
                     let r = l.state.settle(
                         &mut self.lm.model,
                         round,
@@ -236,11 +268,15 @@ impl Engine {
                         &mut *l.sub.drafter,
                         &self.lm.tokenizer,
                     );
+                    let committed = l.state.generated().len() - before;
+                    self.fair
+                        .charge(&l.sub.share.tenant, FairShare::cost(0, committed));
                     (i, r)
                 }
                 Work::Prefill(i, n) => {
                     let l = &mut self.live[i];
                     l.prefilled += n;
+                    self.fair.charge(&l.sub.share.tenant, FairShare::cost(n, 0));
                     if l.prefilled < l.state.prompt().len() {
                         continue;
                     }
@@ -287,33 +323,56 @@ impl Engine {
         self.status.warm.store(true, Ordering::SeqCst);
     }
 
-    /// This step's work: every decoding sequence's round first (latency), then prompt chunks
-    /// with the budget left. k is shrunk by the load the engine is under right now.
-    fn gather(&mut self) -> Vec<Work> {
+    /// This step's work for the sequences `run` (in the scheduler's order): every decoding
+    /// sequence's round first (latency), then prompt chunks with the budget left. Each round
+    /// has its decode row; the spare rows go to drafts where they are expected to be accepted
+    /// most, each round's k first shrunk by the load the engine is under right now.
+    fn gather(&mut self, run: &[usize]) -> Vec<Work> {
         let load = super::load_of(
             self.live.len() + self.waiting.len(),
             self.config.max_sequences,
         );
-        // What a verify row costs in this step: every live sequence's tokens share it.
-        let row_cost = self.status.load_view(self.live.len()).row_cost() as f32;
+        // What a verify row costs in this step: every running sequence's tokens share it.
+        let row_cost = self.status.load_view(run.len()).row_cost() as f32;
         metrics::gauge!("specgate_verify_row_cost").set(f64::from(row_cost));
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);
-        let mut work = Vec::with_capacity(self.live.len());
-        for (i, l) in self.live.iter_mut().enumerate() {
-            let decoding = l.prefilled == l.state.prompt().len();
-            if !decoding || l.state.is_finished() || budget == 0 {
-                continue;
+        let rounds: Vec<usize> = run
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let l = &self.live[i];
+                l.prefilled == l.state.prompt().len() && !l.state.is_finished()
+            })
+            .collect();
+        let wishes: Vec<DraftWish> = rounds
+            .iter()
+            .map(|&i| {
+                let l = &self.live[i];
+                DraftWish {
+                    k: k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy),
+                    alpha: expected_alpha(&l.state.stats),
+                }
+            })
+            .collect();
+        let caps = allocate(&wishes, budget.saturating_sub(rounds.len()));
+        let mut work = Vec::with_capacity(run.len());
+        for (n, (&i, cap)) in rounds.iter().zip(caps).enumerate() {
+            // Rows the rounds after this one need for their pending tokens.
+            let later = rounds.len() - n - 1;
+            if budget <= later {
+                break;
             }
-            let k =
-                k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy).min(budget - 1);
+            let room = budget - later - 1;
+            let l = &mut self.live[i];
             let round = l
                 .state
-                .propose(&mut *l.sub.drafter, k, budget - 1, Some(row_cost), vocab);
+                .propose(&mut *l.sub.drafter, cap.min(room), room, Some(row_cost), vocab);
             budget -= round.tokens.len();
             work.push(Work::Round(i, round));
         }
-        for (i, l) in self.live.iter().enumerate() {
+        for &i in run {
+            let l = &self.live[i];
             let left = l.state.prompt().len() - l.prefilled;
             if left == 0 || budget == 0 {
                 continue;
@@ -326,6 +385,7 @@ impl Engine {
     }
 
     fn fail_all(&mut self, why: &str) {
+        self.fair = FairShare::default();
         for mut l in self.live.drain(..) {
             let _ = l.sub.events.send(Event::Failed(why.to_string()));
             self.lm.model.release(l.state.seq);
@@ -335,12 +395,16 @@ impl Engine {
         }
         // Only what this thread took off the queue: submissions still in the channel keep
         // their count until they are received.
-        let waiting = self.waiting.len();
-        for (sub, _) in self.waiting.drain(..) {
-            let _ = sub.events.send(Event::Failed(why.to_string()));
+        for w in std::mem::take(&mut self.waiting) {
+            let _ = w.sub.events.send(Event::Failed(why.to_string()));
+            self.dequeued(&w.sub.share.tenant);
         }
         self.reserved = 0;
-        self.status.queued.fetch_sub(waiting, Ordering::SeqCst);
+    }
+
+    /// A request left the waiting queue.
+    fn dequeued(&self, tenant: &str) {
+        self.status.queues.leave(tenant, &self.status.queued);
     }
 
     pub(super) fn publish(&self) {
@@ -355,4 +419,12 @@ impl Engine {
             cache.publish(&self.lm.model);
         }
     }
+}
+
+/// The acceptance a sequence's drafts are expected to have: its own record so far, pulled
+/// towards 0.5 while it has judged few positions (4 positions' worth of prior).
+fn expected_alpha(stats: &specgate_strategies::SpecStats) -> f64 {
+    const PRIOR: f64 = 0.5;
+    const PRIOR_WEIGHT: f64 = 4.0;
+    (stats.accepted as f64 + PRIOR * PRIOR_WEIGHT) / (stats.verified as f64 + PRIOR_WEIGHT)
 }

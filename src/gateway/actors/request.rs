@@ -57,6 +57,8 @@ pub struct Job {
     pub grammar: Option<Box<dyn specgate_strategies::TokenConstraint>>,
     /// The prefix-cache scope (None: the request opted out).
     pub cache: Option<crate::prefix::CacheScope>,
+    /// The tenant's weight and tier in the engine's scheduler.
+    pub share: crate::scheduler::Share,
 }
 
 /// The actors and the engine a request talks to.
@@ -141,7 +143,9 @@ impl RequestActor {
 
 fn submit_error(e: SubmitError) -> ApiError {
     match e {
-        SubmitError::QueueFull { .. } => ApiError::rate_limited(e.to_string(), 1),
+        SubmitError::QueueFull { .. } | SubmitError::TenantQueueFull { .. } => {
+            ApiError::rate_limited(e.to_string(), 1)
+        }
         SubmitError::TooLarge { .. } => ApiError::invalid(Some("max_tokens"), e.to_string())
             .with_code("context_length_exceeded"),
         SubmitError::EngineDown => ApiError::unavailable(e.to_string()),
@@ -258,6 +262,7 @@ impl Actor for RequestActor {
                 stream: job.stream,
                 grammar: job.grammar,
                 cache: job.cache,
+                share: job.share,
             };
             if let Err(e) = act.engine.submit(sub) {
                 return act.refuse(submit_error(e), ctx);

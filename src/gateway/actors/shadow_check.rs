@@ -47,6 +47,12 @@ pub fn launch(engine: &EngineHandle, planner: Addr<Planner>, job: ShadowJob) {
         grammar: None,
         // Computed from scratch: the check compares against a full prefill.
         cache: None,
+        // Background work: it runs on what the tenants leave.
+        share: crate::scheduler::Share {
+            tenant: job.route.tenant.clone(),
+            weight: 1,
+            priority: crate::scheduler::Priority::Batch,
+        },
     };
     if engine.submit(sub).is_err() {
         metrics::counter!("specgate_shadow_checks_skipped_total").increment(1);

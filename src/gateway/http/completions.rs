@@ -110,6 +110,7 @@ async fn respond(
         Some(group) => state.cache_scopes.shared(group),
         None => state.cache_scopes.tenant(&job.route.tenant),
     });
+    job.share = overrides.share(&job.route.tenant);
     let mut ticket = state
         .quotas
         .admit_async(

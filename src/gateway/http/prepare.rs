@@ -66,7 +66,7 @@ pub fn prepare(
             row_cost: None,
         },
         route: RouteLabels {
-            tenant,
+            tenant: tenant.clone(),
             // A constrained answer accepts unlike its text's class: its own route.
             class: if spec.is_some() {
                 WorkloadClass::Structured
@@ -79,8 +79,9 @@ pub fn prepare(
         logprobs: r.logprobs,
         stream: r.stream,
         grammar: spec.map(|s| compile(grammars, &s, &r.output)).transpose()?,
-        // Set by the handler once it knows the tenant's scope.
+        // Set by the handler once it knows the tenant's scope and share.
         cache: None,
+        share: crate::scheduler::Share::standard(tenant.as_str()),
     })
 }
 

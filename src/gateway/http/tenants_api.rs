@@ -87,7 +87,11 @@ pub(crate) async fn revoke_key(
 
 /// The tenant's overrides and the limits in force (defaults filled in; 0 = unlimited).
 fn limits_body(state: &State, name: &str, o: &LimitOverrides) -> serde_json::Value {
-    json!({ "tenant": name, "overrides": o, "effective": state.quotas.defaults.with(o) })
+    let share = o.share(name);
+    let mut effective = json!(state.quotas.defaults.with(o));
+    effective["weight"] = json!(share.weight);
+    effective["priority"] = json!(share.priority);
+    json!({ "tenant": name, "overrides": o, "effective": effective })
 }
 
 /// A tenant's limit overrides and the limits in force.
@@ -106,8 +110,9 @@ pub(crate) async fn get_limits(
 }
 
 /// Replace a tenant's limit overrides: `{"max_concurrent_requests": 4, "tokens_per_minute":
-/// 20000, "cache_scope": "acme-apps"}`; a field left out falls back to the configured default
-/// (no `cache_scope`: the tenant's own prefix-cache scope).
+/// 20000, "cache_scope": "acme-apps", "weight": 3, "priority": "interactive"}`; a field left
+/// out falls back to the configured default (no `cache_scope`: the tenant's own prefix-cache
+/// scope; weight 1; priority `standard`).
 #[utoipa::path(put, path = "/admin/v1/tenants/{name}/limits", tag = "admin",
     params(("name" = String, Path)), request_body = crate::store::limits::LimitOverrides,
     responses((status = 200, description = "Overrides and effective limits", body = Object)), security(("admin_token" = [])))]
@@ -126,6 +131,17 @@ pub(crate) async fn put_limits(
             return Err(ApiError::invalid(
                 Some("cache_scope"),
                 "a cache scope is a name of 1 to 128 bytes",
+            ));
+        }
+    }
+    if let Some(w) = o.weight {
+        if !(1..=crate::scheduler::MAX_WEIGHT).contains(&w) {
+            return Err(ApiError::invalid(
+                Some("weight"),
+                format!(
+                    "a weight is a whole number from 1 to {}; got {w}",
+                    crate::scheduler::MAX_WEIGHT
+                ),
             ));
         }
     }
