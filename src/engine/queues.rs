@@ -77,7 +77,8 @@ mod tests {
             q.enter("b", 3, 4, &total),
             Err(SubmitError::QueueFull { .. })
         ));
-        q.enter("c", 3, 4, &total).expect("a tenant with nothing waiting");
+        q.enter("c", 3, 4, &total)
+            .expect("a tenant with nothing waiting");
         assert_eq!(total.load(Ordering::SeqCst), 5);
         q.leave("a", &total);
         assert_eq!((q.of("a"), total.load(Ordering::SeqCst)), (2, 4));

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod distribution;
+pub mod gated;
 pub mod outside;
 pub mod server;
 pub mod speculation;

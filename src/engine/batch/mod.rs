@@ -365,9 +365,13 @@ impl Engine {
             }
             let room = budget - later - 1;
             let l = &mut self.live[i];
-            let round = l
-                .state
-                .propose(&mut *l.sub.drafter, cap.min(room), room, Some(row_cost), vocab);
+            let round = l.state.propose(
+                &mut *l.sub.drafter,
+                cap.min(room),
+                room,
+                Some(row_cost),
+                vocab,
+            );
             budget -= round.tokens.len();
             work.push(Work::Round(i, round));
         }

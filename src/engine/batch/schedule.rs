@@ -16,8 +16,10 @@ impl Engine {
     pub(super) fn schedule(&mut self) -> Vec<usize> {
         let picks = self.picks();
         let n_live = self.live.len();
-        let mut waiting: Vec<Option<Waiting>> =
-            std::mem::take(&mut self.waiting).into_iter().map(Some).collect();
+        let mut waiting: Vec<Option<Waiting>> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(Some)
+            .collect();
         let mut run = Vec::with_capacity(picks.len());
         let mut started = false;
         for c in picks {
