@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use crate::cli::store::StoreArgs;
 
 mod conversations;
+mod noisy;
 use specgate::tools::scenarios::Scenario;
 
 #[derive(Subcommand)]
@@ -196,9 +197,25 @@ pub struct LoadgenArgs {
     #[arg(long)]
     openai_only: bool,
     /// With --scenario: run plain and the fixed configurations on this second server, so the
-    /// learned plan's server learns only from its own traffic.
+    /// learned plan's server learns only from its own traffic. With noisy-neighbour: run
+    /// every phase on it too (e.g. a server started with `--scheduling fcfs`).
     #[arg(long)]
     baseline_url: Option<String>,
+    /// With --scenario noisy-neighbour: tenant A's requests in flight.
+    #[arg(long, default_value_t = 32)]
+    flood: usize,
+    /// With --scenario noisy-neighbour: max_tokens of A's requests (B's: --max-tokens).
+    #[arg(long, default_value_t = 256)]
+    flood_max_tokens: usize,
+    /// With --scenario noisy-neighbour: B's requests per phase.
+    #[arg(long, default_value_t = 20)]
+    probes: usize,
+    /// With --scenario noisy-neighbour: seconds the 3:1 weighted phase is measured.
+    #[arg(long, default_value_t = 30)]
+    window_secs: u64,
+    /// With --scenario noisy-neighbour: the flood's and probes' prompts.
+    #[arg(long, default_value = "tests/fixtures/noisy-neighbour/prompts.json")]
+    noisy_prompts: PathBuf,
     /// Passes over the prompt sets before measuring (the learner's warm-up; for the levels,
     /// by a tenant of its own and only with an admin token).
     #[arg(long, default_value_t = 1)]
@@ -369,6 +386,9 @@ pub fn run_loadgen(args: LoadgenArgs) -> Result<()> {
     }
     if let Some(kind) = args.scenario.and_then(Scenario::conversation) {
         return conversations::run(kind, &args, &cfg);
+    }
+    if args.scenario == Some(Scenario::NoisyNeighbour) {
+        return noisy::run(&args, &cfg);
     }
     if let Some(scenario) = args.scenario {
         let admin_token = args

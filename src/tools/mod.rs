@@ -13,6 +13,7 @@ pub mod candle_reference;
 pub mod conversations;
 pub mod loadgen;
 pub mod loadgen_report;
+pub mod noisy_neighbour;
 pub mod policy_files;
 pub mod prompts;
 pub mod scenario_report;

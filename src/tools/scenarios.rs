@@ -31,6 +31,9 @@ pub enum Scenario {
     ChatTurns,
     /// Eight tool-call steps over a long system prompt with tools (src/tools/conversations).
     Agent,
+    /// One tenant floods, another sends one short request at a time; weights and tiers
+    /// (src/tools/noisy_neighbour).
+    NoisyNeighbour,
 }
 
 impl Scenario {
@@ -40,7 +43,7 @@ impl Scenario {
         match self {
             Scenario::ChatTurns => Some(Kind::ChatTurns),
             Scenario::Agent => Some(Kind::Agent),
-            Scenario::Cold | Scenario::Shift => None,
+            Scenario::Cold | Scenario::Shift | Scenario::NoisyNeighbour => None,
         }
     }
 }
@@ -152,9 +155,9 @@ pub fn phases(scenario: Scenario, sets: &[PromptSet]) -> Result<Vec<Phase>, Load
                 one("code edits, 2 at a time", 2, code),
             ]
         }
-        Scenario::ChatTurns | Scenario::Agent => {
+        Scenario::ChatTurns | Scenario::Agent | Scenario::NoisyNeighbour => {
             return Err(LoadgenError::Protocol(
-                "a conversation scenario has no phases (tools::conversations runs it)".into(),
+                "this scenario has no phases of prompt sets (a module of its own runs it)".into(),
             ))
         }
     })

@@ -269,14 +269,13 @@ impl Engine {
                         &self.lm.tokenizer,
                     );
                     let committed = l.state.generated().len() - before;
-                    self.fair
-                        .charge(&l.sub.share.tenant, FairShare::cost(0, committed));
+                    serve(&mut self.fair, &l.sub.share, 0, committed);
                     (i, r)
                 }
                 Work::Prefill(i, n) => {
                     let l = &mut self.live[i];
                     l.prefilled += n;
-                    self.fair.charge(&l.sub.share.tenant, FairShare::cost(n, 0));
+                    serve(&mut self.fair, &l.sub.share, n, 0);
                     if l.prefilled < l.state.prompt().len() {
                         continue;
                     }
@@ -431,4 +430,20 @@ fn expected_alpha(stats: &specgate_strategies::SpecStats) -> f64 {
     const PRIOR: f64 = 0.5;
     const PRIOR_WEIGHT: f64 = 4.0;
     (stats.accepted as f64 + PRIOR * PRIOR_WEIGHT) / (stats.verified as f64 + PRIOR_WEIGHT)
+}
+
+/// Bill a tenant for a step's work and count it: the engine's service per tenant and tier,
+/// the measure fair shares are judged by.
+fn serve(fair: &mut FairShare, share: &crate::scheduler::Share, prompt: usize, output: usize) {
+    fair.charge(&share.tenant, FairShare::cost(prompt, output));
+    for (kind, n) in [("prompt", prompt), ("output", output)] {
+        if n > 0 {
+            let labels = [
+                ("tenant", share.tenant.clone()),
+                ("priority", share.priority.name().to_string()),
+                ("kind", kind.to_string()),
+            ];
+            metrics::counter!("specgate_engine_tokens_total", &labels).increment(n as u64);
+        }
+    }
 }

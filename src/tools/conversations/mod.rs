@@ -9,7 +9,7 @@
 //! the tool definitions into the system prompt, which its template would otherwise drop).
 
 mod report;
-mod turn;
+pub mod turn;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
