@@ -142,7 +142,44 @@ fn policies_are_validated_versioned_applied_to_the_next_request_and_survive_kill
         );
     }
     assert_eq!(chat(&s, &key, json!({"max_tokens": 150})).0, 200);
+    // The scheduler's share: a weight and a tier, shown in force; out of range named.
+    let share = json!({"weight": 3, "priority": "interactive"});
+    let (status, v) = admin(&s, "PUT", limits, ADMIN, Some(share));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (
+            v["effective"]["weight"].as_u64(),
+            v["effective"]["priority"].as_str()
+        ),
+        (Some(3), Some("interactive")),
+        "{v}"
+    );
+    assert_eq!(
+        chat(&s, &key, json!({})).0,
+        200,
+        "an interactive tenant is served"
+    );
+    for (bad, param) in [
+        (json!({"weight": 0}), Some("weight")),
+        (json!({"weight": 1001}), Some("weight")),
+        (json!({"priority": "urgent"}), Some("priority")),
+    ] {
+        let (status, v) = admin(&s, "PUT", limits, ADMIN, Some(bad.clone()));
+        assert_eq!(status, 400, "{bad}: {v}");
+        assert_eq!(v["error"]["param"].as_str(), param, "{v}");
+        if param.is_none() {
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("priority"),
+                "{v}"
+            );
+        }
+    }
     assert_eq!(admin(&s, "PUT", limits, ADMIN, Some(json!({}))).0, 200);
+    let (_, v) = admin(&s, "GET", limits, ADMIN, None);
+    assert_eq!(v["effective"]["priority"], "standard", "{v}");
     // Speculation off by policy wins over a request that asks for it.
     admin(
         &s,

@@ -87,6 +87,10 @@ pub struct ServeArgs {
     /// tiers) or `fcfs` (arrival order, for comparison).
     #[arg(long, value_enum, default_value_t = specgate::scheduler::Scheduling::Fair)]
     scheduling: specgate::scheduler::Scheduling,
+    /// While an `interactive` tenant is active, the most times lower tiers' rows may lengthen
+    /// its engine steps (by the fitted step cost; ≥ 1).
+    #[arg(long, default_value_t = 1.5)]
+    interactive_slowdown: f64,
     /// Occupancy (busy sequences / slots) at which speculation turns off.
     #[arg(long, default_value_t = 0.5)]
     spec_off_occupancy: f64,
@@ -253,6 +257,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
             queue_capacity: args.queue_capacity,
             tenant_queue_capacity: args.tenant_queue_capacity,
             scheduling: args.scheduling,
+            interactive_slowdown: args.interactive_slowdown,
             spec_off_occupancy: args.spec_off_occupancy,
             prefix_cache_bytes: args.prefix_cache_mib << 20,
             prefix_cache_scope_share: args.prefix_cache_tenant_share,

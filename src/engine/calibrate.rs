@@ -78,3 +78,37 @@ pub fn seeded(measured: &[(usize, f64)]) -> StepCosts {
     }
     costs
 }
+
+/// (t0, t1): a step's fixed cost and its cost per row, by least squares over the measured
+/// step sizes (seconds). None with fewer than two sizes.
+pub fn row_line(measured: &[(usize, f64)]) -> Option<(f64, f64)> {
+    if measured.len() < 2 {
+        return None;
+    }
+    let n = measured.len() as f64;
+    let mx = measured.iter().map(|m| m.0 as f64).sum::<f64>() / n;
+    let my = measured.iter().map(|m| m.1).sum::<f64>() / n;
+    let sxx: f64 = measured.iter().map(|m| (m.0 as f64 - mx).powi(2)).sum();
+    let sxy: f64 = measured
+        .iter()
+        .map(|m| (m.0 as f64 - mx) * (m.1 - my))
+        .sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let t1 = (sxy / sxx).max(0.0);
+    Some(((my - t1 * mx).max(1e-6), t1))
+}
+
+#[cfg(test)]
+mod row_line_tests {
+    #[test]
+    fn a_line_through_the_measured_steps() {
+        let (t0, t1) = super::row_line(&[(1, 0.006), (2, 0.007), (4, 0.009)]).expect("a line");
+        assert!(
+            (t0 - 0.005).abs() < 1e-9 && (t1 - 0.001).abs() < 1e-9,
+            "{t0} {t1}"
+        );
+        assert_eq!(super::row_line(&[(1, 0.006)]), None);
+    }
+}

@@ -55,6 +55,9 @@ pub struct EngineConfig {
     pub tenant_queue_capacity: usize,
     /// Whom each step serves: tenants' fair shares and tiers, or arrival order.
     pub scheduling: crate::scheduler::Scheduling,
+    /// While an interactive tenant is active, lower tiers' rows may make its steps at most
+    /// this many times longer than its own rows would (by the fitted step cost).
+    pub interactive_slowdown: f64,
     /// Occupancy at which speculation turns off (k shrinks linearly from half of it).
     pub spec_off_occupancy: f64,
     /// Most bytes of KV the prefix cache keeps (0: off).
@@ -78,6 +81,7 @@ impl Default for EngineConfig {
             queue_capacity: 64,
             tenant_queue_capacity: 32,
             scheduling: crate::scheduler::Scheduling::Fair,
+            interactive_slowdown: 1.5,
             spec_off_occupancy: 0.5,
             prefix_cache_bytes: 512 << 20,
             prefix_cache_scope_share: 0.5,

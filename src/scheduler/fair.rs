@@ -33,6 +33,22 @@ pub struct Candidate<'a> {
     pub cost: f64,
     /// KV bytes it must reserve to start (ignored once started).
     pub reserve: usize,
+    /// Rows it puts in the step (a decode row, a prompt chunk).
+    pub rows: usize,
+}
+
+/// What a step has room for.
+#[derive(Debug, Clone, Copy)]
+pub struct Room {
+    /// Most sequences in the step.
+    pub slots: usize,
+    /// KV bytes not yet reserved.
+    pub kv_free: usize,
+    /// The step may run newcomers alone (see [`FairShare::pick`]).
+    pub newcomers_alone: bool,
+    /// Most rows the tiers below `interactive` may put in the step (None: no limit): the
+    /// engine keeps an interactive tenant's steps short while it is active.
+    pub lower_rows: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -114,9 +130,43 @@ impl FairShare {
     /// request does not fit, no later one starts this step, so a large request is never
     /// overtaken for ever. Once a request of some tier that still waits for its first token
     /// is picked, lower tiers sit this step out.
-    pub fn pick(&self, candidates: &[Candidate<'_>], slots: usize, kv_free: usize) -> Vec<usize> {
+    ///
+    /// With `newcomers_alone`, a step may run only *newcomers*: requests waiting for their
+    /// first token whose tenant has nothing decoding (a tenant sending one request at a
+    /// time), of the highest tier present. A prompt then costs its own pass, not a pass
+    /// shared with every other tenant's decode rows (on the CPU 16 decode rows double a short
+    /// prompt's step). The caller decides how often (it costs everyone else a step).
+    pub fn pick(&self, candidates: &[Candidate<'_>], room: Room) -> Picks {
+        if room.newcomers_alone {
+            let newcomers = newcomers(candidates);
+            if !newcomers.is_empty() {
+                let only: Vec<Candidate<'_>> =
+                    newcomers.iter().map(|&i| candidates[i].clone()).collect();
+                let (run, rows) = self.fill(&only, room);
+                if !run.is_empty() {
+                    return Picks {
+                        run: run.into_iter().map(|j| newcomers[j]).collect(),
+                        rows,
+                        newcomers_only: true,
+                    };
+                }
+            }
+        }
+        let (run, rows) = self.fill(candidates, room);
+        Picks {
+            run,
+            rows,
+            newcomers_only: false,
+        }
+    }
+
+    /// The picks and the rows each may put in the step (usize::MAX: no limit of the room's).
+    fn fill(&self, candidates: &[Candidate<'_>], room: Room) -> (Vec<usize>, Vec<usize>) {
+        let slots = room.slots;
         let mut chosen = Vec::with_capacity(slots.min(candidates.len()));
-        let mut kv_left = kv_free;
+        let mut granted = Vec::with_capacity(slots.min(candidates.len()));
+        let mut kv_left = room.kv_free;
+        let mut lower_left = room.lower_rows.unwrap_or(usize::MAX);
         let mut starts_open = true;
         for tier in Priority::ALL {
             if chosen.len() >= slots {
@@ -133,6 +183,16 @@ impl FairShare {
                     break;
                 };
                 let c = &candidates[i];
+                // Under an interactive tenant's limit a prompt runs in smaller chunks.
+                let lower = tier < Priority::Interactive && room.lower_rows.is_some();
+                if lower && lower_left == 0 {
+                    continue;
+                }
+                let rows = if lower {
+                    c.rows.min(lower_left)
+                } else {
+                    usize::MAX
+                };
                 if !c.started {
                     if !starts_open || c.reserve > kv_left {
                         // The rest of this tenant's queue is waiting requests too.
@@ -143,14 +203,18 @@ impl FairShare {
                     kv_left -= c.reserve;
                 }
                 queue.projected += c.cost / queue.weight;
+                if lower {
+                    lower_left -= rows;
+                }
                 urgent |= c.urgent;
                 chosen.push(i);
+                granted.push(rows);
             }
             if urgent {
                 break;
             }
         }
-        chosen
+        (chosen, granted)
     }
 
     /// The tier's candidates by tenant: sequences holding KV first, then by arrival.
@@ -177,6 +241,37 @@ impl FairShare {
         queues.sort_by_key(|q| q.items.front().map(|&i| candidates[i].arrival));
         queues
     }
+}
+
+/// What a step runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Picks {
+    /// Indices into the candidates, in the order picked.
+    pub run: Vec<usize>,
+    /// The most rows each may put in the step (usize::MAX: as many as the step's budget
+    /// allows); a decode granted 1 row drafts nothing.
+    pub rows: Vec<usize>,
+    /// Only newcomers run (see [`FairShare::pick`]).
+    pub newcomers_only: bool,
+}
+
+/// The newcomers of the highest tier present: requests waiting for their first token whose
+/// tenant has nothing past its first token.
+fn newcomers(candidates: &[Candidate<'_>]) -> Vec<usize> {
+    let Some(top) = candidates.iter().map(|c| c.priority).max() else {
+        return Vec::new();
+    };
+    let decoding: std::collections::HashSet<&str> = candidates
+        .iter()
+        .filter(|c| !c.urgent)
+        .map(|c| c.tenant)
+        .collect();
+    (0..candidates.len())
+        .filter(|&i| {
+            let c = &candidates[i];
+            c.urgent && c.priority == top && !decoding.contains(c.tenant)
+        })
+        .collect()
 }
 
 struct Queue {

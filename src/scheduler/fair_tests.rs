@@ -1,7 +1,7 @@
 //! The scheduling rules alone, on a simulated engine: a step runs what `pick` chose, a
 //! prompt is computed in one step, then every step commits one token.
 
-use super::fair::{Candidate, FairShare};
+use super::fair::{Candidate, FairShare, Room};
 use super::share::{Priority, Share};
 
 struct Req {
@@ -23,6 +23,9 @@ struct Sim {
     step: u64,
     kv_budget: usize,
     slots: usize,
+    newcomers_alone: bool,
+    newcomer_steps: u64,
+    lower_rows: Option<usize>,
 }
 
 impl Sim {
@@ -80,16 +83,20 @@ impl Sim {
                         FairShare::cost(r.prompt, 0)
                     },
                     reserve: r.reserve,
+                    rows: if r.started { 1 } else { r.prompt },
                 }
             })
             .collect();
         let free = self.kv_budget.saturating_sub(self.kv_used());
-        let picked: Vec<usize> = self
-            .fair
-            .pick(&cands, self.slots, free)
-            .into_iter()
-            .map(|c| open[c])
-            .collect();
+        let room = Room {
+            slots: self.slots,
+            kv_free: free,
+            newcomers_alone: self.newcomers_alone,
+            lower_rows: self.lower_rows,
+        };
+        let picks = self.fair.pick(&cands, room);
+        self.newcomer_steps += u64::from(picks.newcomers_only);
+        let picked: Vec<usize> = picks.run.into_iter().map(|c| open[c]).collect();
         for &i in &picked {
             let step = self.step;
             let r = &mut self.reqs[i];
@@ -289,4 +296,70 @@ fn the_gap_between_two_backlogged_tenants_stays_bounded() {
         }
     }
     assert!(worst <= 2.0 * 220.0, "counters drifted {worst} apart");
+}
+
+#[test]
+fn a_newcomer_may_have_a_step_of_its_own_and_a_flood_never_does() {
+    let mut sim = Sim::new(4);
+    sim.newcomers_alone = true;
+    let a = Share::standard("a");
+    for _ in 0..8 {
+        sim.submit(&a, 30, 100);
+    }
+    // A's first prompts: nothing of a's decodes yet, so they are newcomers (alone anyway).
+    sim.step();
+    let steps_before = sim.newcomer_steps;
+    for _ in 0..10 {
+        sim.step();
+    }
+    assert_eq!(
+        sim.newcomer_steps, steps_before,
+        "a's later requests are not newcomers"
+    );
+    let b = sim.submit(&Share::standard("b"), 24, 5);
+    assert_eq!(sim.step(), vec![b], "b's prompt runs alone");
+    assert_eq!(sim.step().len(), 4, "then b decodes beside a");
+    // A newcomer of a lower tier than a running tenant is not alone.
+    let c = sim.submit(&share("c", 1, Priority::Batch), 24, 5);
+    let ran = sim.step();
+    assert!(!ran.contains(&c) && ran.len() == 4, "{ran:?}");
+}
+
+#[test]
+fn an_interactive_tenants_steps_carry_few_lower_tier_rows() {
+    let mut sim = Sim::new(8);
+    let bulk = share("bulk", 1, Priority::Batch);
+    for _ in 0..8 {
+        sim.submit(&bulk, 4, 100);
+    }
+    sim.step();
+    assert_eq!(sim.step().len(), 8);
+    sim.lower_rows = Some(3);
+    let chat = sim.submit(&share("chat", 1, Priority::Interactive), 20, 10);
+    // Its prompt pauses the batch tier; then it decodes with at most 3 batch rows.
+    assert_eq!(sim.step(), vec![chat]);
+    let ran = sim.step();
+    assert_eq!((ran[0], ran.len()), (chat, 4));
+    // A batch prompt still starts, in chunks of the rows left.
+    let open: Vec<Candidate<'_>> = [(0, true, 1), (1, false, 64)]
+        .iter()
+        .map(|&(arrival, started, rows)| Candidate {
+            tenant: "bulk",
+            priority: Priority::Batch,
+            arrival,
+            started,
+            urgent: !started,
+            cost: 1.0,
+            reserve: 0,
+            rows,
+        })
+        .collect();
+    let room = Room {
+        slots: 8,
+        kv_free: usize::MAX,
+        newcomers_alone: false,
+        lower_rows: Some(3),
+    };
+    let picks = sim.fair.pick(&open, room);
+    assert_eq!((picks.run, picks.rows), (vec![0, 1], vec![1, 2]));
 }

@@ -9,7 +9,7 @@ pub mod drafts;
 pub mod fair;
 pub mod share;
 
-pub use fair::{Candidate, FairShare};
+pub use fair::{Candidate, FairShare, Picks, Room};
 pub use share::{Priority, Share, MAX_WEIGHT};
 
 #[cfg(test)]

@@ -73,6 +73,12 @@ pub struct Engine {
     /// Sequences paused for a higher tier since the last log line, and when that was.
     tier_pauses: u64,
     pause_logged: Option<Instant>,
+    /// Steps since one ran newcomers' prompts alone.
+    since_alone: u64,
+    /// When an interactive tenant last had a request in the engine.
+    interactive_seen: Option<Instant>,
+    /// A step's fixed cost and cost per row, timed at start-up (seconds).
+    row_line: Option<(f64, f64)>,
     reserved: usize,
     steps: u64,
     before_step: Option<StepHook>,
@@ -103,6 +109,9 @@ impl Engine {
             arrivals: 0,
             tier_pauses: 0,
             pause_logged: None,
+            since_alone: u64::MAX / 2,
+            interactive_seen: None,
+            row_line: None,
             reserved: 0,
             steps: 0,
             before_step,
@@ -312,6 +321,7 @@ impl Engine {
                     .map(|(n, secs)| format!("{n}: {:.2} ms", secs * 1e3))
                     .collect();
                 eprintln!("specgate: engine step by rows, {}", ms.join(", "));
+                self.row_line = super::calibrate::row_line(&measured);
                 if let Ok(mut costs) = self.status.step_costs.lock() {
                     *costs = super::calibrate::seeded(&measured);
                 }
@@ -322,11 +332,12 @@ impl Engine {
         self.status.warm.store(true, Ordering::SeqCst);
     }
 
-    /// This step's work for the sequences `run` (in the scheduler's order): every decoding
+    /// This step's work for the sequences `run` (in the scheduler's order, with the most rows
+    /// each may take): every decoding
     /// sequence's round first (latency), then prompt chunks with the budget left. Each round
     /// has its decode row; the spare rows go to drafts where they are expected to be accepted
     /// most, each round's k first shrunk by the load the engine is under right now.
-    fn gather(&mut self, run: &[usize]) -> Vec<Work> {
+    fn gather(&mut self, run: &[(usize, usize)]) -> Vec<Work> {
         let load = super::load_of(
             self.live.len() + self.waiting.len(),
             self.config.max_sequences,
@@ -336,27 +347,28 @@ impl Engine {
         metrics::gauge!("specgate_verify_row_cost").set(f64::from(row_cost));
         let vocab = self.lm.model.config().vocab_size;
         let mut budget = self.config.max_batch_tokens.max(1);
-        let rounds: Vec<usize> = run
+        let rounds: Vec<(usize, usize)> = run
             .iter()
             .copied()
-            .filter(|&i| {
+            .filter(|&(i, _)| {
                 let l = &self.live[i];
                 l.prefilled == l.state.prompt().len() && !l.state.is_finished()
             })
             .collect();
         let wishes: Vec<DraftWish> = rounds
             .iter()
-            .map(|&i| {
+            .map(|&(i, rows)| {
                 let l = &self.live[i];
+                let k = k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy);
                 DraftWish {
-                    k: k_under_load(l.sub.plan.k, load, self.config.spec_off_occupancy),
+                    k: k.min(rows.saturating_sub(1)),
                     alpha: expected_alpha(&l.state.stats),
                 }
             })
             .collect();
         let caps = allocate(&wishes, budget.saturating_sub(rounds.len()));
         let mut work = Vec::with_capacity(run.len());
-        for (n, (&i, cap)) in rounds.iter().zip(caps).enumerate() {
+        for (n, (&(i, _), cap)) in rounds.iter().zip(caps).enumerate() {
             // Rows the rounds after this one need for their pending tokens.
             let later = rounds.len() - n - 1;
             if budget <= later {
@@ -374,13 +386,16 @@ impl Engine {
             budget -= round.tokens.len();
             work.push(Work::Round(i, round));
         }
-        for &i in run {
+        for &(i, rows) in run {
             let l = &self.live[i];
             let left = l.state.prompt().len() - l.prefilled;
             if left == 0 || budget == 0 {
                 continue;
             }
-            let n = left.min(self.config.prefill_chunk.max(1)).min(budget);
+            let n = left
+                .min(self.config.prefill_chunk.max(1))
+                .min(budget)
+                .min(rows);
             budget -= n;
             work.push(Work::Prefill(i, n));
         }

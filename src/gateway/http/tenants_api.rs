@@ -124,7 +124,18 @@ pub(crate) async fn put_limits(
 ) -> Result<HttpResponse, ApiError> {
     authorize_admin(&state, &req).await?;
     let body = read_body(payload, state.body_limit).await?;
-    let o: LimitOverrides = serde_json::from_slice(&body)
+    let raw: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    // The tier is named in the error, with the tiers there are.
+    if let Some(p) = raw.get("priority").filter(|p| !p.is_null()) {
+        if serde_json::from_value::<crate::scheduler::Priority>(p.clone()).is_err() {
+            return Err(ApiError::invalid(
+                Some("priority"),
+                format!("priority is one of \"interactive\", \"standard\", \"batch\"; got {p}"),
+            ));
+        }
+    }
+    let o: LimitOverrides = serde_json::from_value(raw)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
     if let Some(scope) = &o.cache_scope {
         if scope.is_empty() || scope.len() > 128 {
