@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use specgate::engine::generate::{generate, GenerateParams};
 use specgate::engine::{
@@ -52,7 +52,7 @@ impl Req {
                 .map(|j| 3 + ((i * 7 + j * 3) % 5) as u32)
                 .collect(),
             max_tokens,
-            ngram: i % 2 == 0,
+            ngram: i.is_multiple_of(2),
             seed: (i % 3 == 1).then_some(7 + i as u64),
         }
     }

@@ -70,7 +70,7 @@ pub struct ServeArgs {
     /// Most prompt tokens of one sequence per step.
     #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     prefill_chunk: usize,
-    /// Batch slots (live sequences).
+    /// Batch slots: most sequences in one engine step.
     #[arg(long, default_value_t = 16, value_parser = at_least_one)]
     max_sequences: usize,
     /// KV cache memory live sequences may reserve, in MiB.

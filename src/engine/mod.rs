@@ -44,7 +44,8 @@ pub struct EngineConfig {
     pub max_batch_tokens: usize,
     /// Most prompt tokens of one sequence per step, so a long prompt does not stall others.
     pub prefill_chunk: usize,
-    /// Batch slots: most live sequences; occupancy is live / max_sequences.
+    /// Batch slots: most sequences in one step (more may hold KV, paused, under fair
+    /// scheduling); occupancy is busy sequences / max_sequences.
     pub max_sequences: usize,
     /// KV memory that live sequences may reserve (prompt + max_tokens + drafts each).
     pub kv_budget_bytes: usize,

@@ -91,7 +91,15 @@ impl Engine {
             }
         });
         let candidates: Vec<Candidate<'_>> = live.chain(waiting).collect();
-        let kv_free = self.config.kv_budget_bytes.saturating_sub(self.reserved);
+        // A fixed pool (a GPU's) sets aside a part-filled block per sequence for
+        // `--max-sequences` sequences: there, no more than that hold KV at once.
+        let pool_full = self.lm.model.kv_capacity_bytes(1).is_some()
+            && self.live.len() >= self.config.max_sequences;
+        let kv_free = if pool_full {
+            0
+        } else {
+            self.config.kv_budget_bytes.saturating_sub(self.reserved)
+        };
         let room = Room {
             slots: self.config.max_sequences,
             kv_free,
