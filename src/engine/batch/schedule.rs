@@ -140,7 +140,9 @@ impl Engine {
         }
         let budget = self.config.interactive_slowdown.max(1.0) * (t0 + t1 * own as f64);
         let rows = ((budget - t0) / t1).floor().max(0.0) as usize;
-        Some(rows.saturating_sub(own))
+        // At least one row: lower tiers always progress (with no interactive sequence in
+        // the step, lingering, a row-costly device would otherwise run nothing).
+        Some(rows.saturating_sub(interactive).max(1))
     }
 
     /// Count the sequences that ran last step and sit this one out; say so in the log when a
