@@ -24,10 +24,15 @@ pub const SQL_MIGRATIONS: &[SqlMigration] = &[
         name: "0002_cached_tokens",
         sql: include_str!("../postgres/0002_cached_tokens.sql"),
     },
+    SqlMigration {
+        version: 3,
+        name: "0003_queue",
+        sql: include_str!("../postgres/0003_queue.sql"),
+    },
 ];
 
 /// The version this build writes.
-pub const PG_SCHEMA_VERSION: i32 = 2;
+pub const PG_SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock migrations hold (any constant no other code takes).
 const MIGRATION_LOCK: i64 = 0x5eca_7e00_0001;

@@ -312,6 +312,7 @@ pub fn a_store_copies_into_another_and_reads_back_the_same(s: &super::Stores) {
     rich.ttft.record(0.012);
     rich.load_share = Some(2.5);
     rich.cached_tokens = 32;
+    rich.queue.record(0.250);
     rich.draft_secs = 0.125;
     s.history
         .add(

@@ -322,6 +322,8 @@ impl RequestActor {
             s.plan.k,
             now,
         );
+        let mut queue = LatencyHistogram::default();
+        queue.record(s.queued.as_secs_f64());
         let mut record = HistoryRecord {
             requests: 1,
             prompt_tokens: s.prompt_tokens as u64,
@@ -338,6 +340,7 @@ impl RequestActor {
             e2e_secs: self.started.elapsed().as_secs_f64(),
             ttft: self.ttft.clone(),
             itl: self.itl.clone(),
+            queue,
             load_share: Some(1.0 / s.sequences.max(1.0)),
             ..Default::default()
         };

@@ -135,6 +135,9 @@ pub struct HistoryRecord {
     pub e2e_secs: f64,
     pub ttft: LatencyHistogram,
     pub itl: LatencyHistogram,
+    /// Time each request waited for the engine before its first step.
+    #[serde(default)]
+    pub queue: LatencyHistogram,
     /// Shadow checks run on the route's requests, and how many found a real mismatch.
     #[serde(default)]
     pub shadow_checks: u64,
@@ -249,6 +252,7 @@ impl HistoryRecord {
         self.e2e_secs += o.e2e_secs;
         self.ttft.merge(&o.ttft);
         self.itl.merge(&o.itl);
+        self.queue.merge(&o.queue);
         self.shadow_checks += o.shadow_checks;
         self.shadow_mismatches += o.shadow_mismatches;
         self.unlearned.add(&o.unlearned);

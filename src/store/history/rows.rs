@@ -30,6 +30,9 @@ pub struct RouteRow {
     pub ttft_p95_ms: Option<f64>,
     pub itl_p50_ms: Option<f64>,
     pub itl_p95_ms: Option<f64>,
+    /// Time requests waited for the engine before their first step (fair scheduling).
+    pub queue_p50_ms: Option<f64>,
+    pub queue_p95_ms: Option<f64>,
     pub shadow_checks: u64,
     pub shadow_mismatches: u64,
     /// Requests per "strategy:k".
@@ -84,6 +87,8 @@ pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> 
             ttft_p95_ms: r.ttft.quantile_ms(0.95),
             itl_p50_ms: r.itl.quantile_ms(0.5),
             itl_p95_ms: r.itl.quantile_ms(0.95),
+            queue_p50_ms: r.queue.quantile_ms(0.5),
+            queue_p95_ms: r.queue.quantile_ms(0.95),
             shadow_checks: r.shadow_checks,
             shadow_mismatches: r.shadow_mismatches,
             strategy_mix: mix,
@@ -97,7 +102,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
         "tenant,class,bucket_start,requests,tokens_out,drafted,accepted,target_passes,\
          acceptance_rate,mean_accepted_length,tokens_per_pass,tokens_per_second,\
          ttft_p50_ms,ttft_p95_ms,itl_p50_ms,itl_p95_ms,shadow_checks,shadow_mismatches,\
-         strategy_mix,prompt_tokens,cached_tokens,prefix_cache_hit_rate\n",
+         strategy_mix,prompt_tokens,cached_tokens,prefix_cache_hit_rate,queue_p50_ms,queue_p95_ms\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
     for r in rows {
@@ -107,7 +112,7 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out += &format!(
-            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{},{},{},{:.4}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{},{},{},{},{},{},{},{},{},{:.4},{},{}\n",
             r.tenant,
             r.class,
             r.bucket_start,
@@ -129,7 +134,9 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             mix.join(" "),
             r.prompt_tokens,
             r.cached_tokens,
-            r.prefix_cache_hit_rate
+            r.prefix_cache_hit_rate,
+            opt(r.queue_p50_ms),
+            opt(r.queue_p95_ms)
         );
     }
     out
@@ -173,5 +180,24 @@ mod tests {
         assert!((rag.acceptance_rate - 60.0 / 90.0).abs() < 1e-12);
         assert_eq!(rag.strategy_mix.get("suffix:6"), Some(&2));
         assert!(rows_csv(&rows).lines().count() == 3);
+    }
+
+    #[test]
+    fn rows_give_the_queue_time_of_their_requests() {
+        let mut waited = HistoryRecord {
+            requests: 2,
+            ..Default::default()
+        };
+        waited.queue.record(0.004);
+        waited.queue.record(0.700);
+        let key = HistoryKey::minute("a", WorkloadClass::Chat, StrategyKind::Plain, 0, 60);
+        let rows = route_rows(&[(key, waited)], 60);
+        assert_eq!(rows[0].queue_p50_ms, Some(5.0));
+        assert_eq!(rows[0].queue_p95_ms, Some(1000.0));
+        let csv = rows_csv(&rows);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        let at = header.iter().position(|h| *h == "queue_p95_ms").unwrap();
+        assert_eq!(row[at], "1000");
     }
 }

@@ -48,7 +48,7 @@ const SECONDS: [&str; 6] = [
     "u_verify_secs",
     "u_load_share",
 ];
-const ARRAYS: [&str; 3] = ["accepted_per_pos", "ttft", "itl"];
+const ARRAYS: [&str; 4] = ["accepted_per_pos", "ttft", "itl", "queue"];
 // And `load_share`, NULL while no request of the bucket kept its load.
 
 fn columns() -> Vec<&'static str> {
@@ -126,7 +126,7 @@ struct Params {
     key: (String, &'static str, &'static str, i16, i8, i64),
     counts: [i64; COUNTS.len()],
     seconds: [f64; 6],
-    arrays: [Vec<i64>; 3],
+    arrays: [Vec<i64>; ARRAYS.len()],
     load_share: Option<f64>,
 }
 
@@ -178,6 +178,7 @@ impl Params {
                 ints(&r.accepted_per_pos),
                 ints(&r.ttft.counts),
                 ints(&r.itl.counts),
+                ints(&r.queue.counts),
             ],
             load_share: r.load_share,
         }
@@ -252,6 +253,7 @@ fn decode(row: &Row) -> Result<(HistoryKey, HistoryRecord), StoreError> {
         accepted_per_pos: a(0),
         ttft: LatencyHistogram { counts: a(1) },
         itl: LatencyHistogram { counts: a(2) },
+        queue: LatencyHistogram { counts: a(3) },
         load_share: row.get(columns().len() - 1),
     };
     Ok((key, record))

@@ -177,7 +177,7 @@ mod tests {
             return;
         };
         let pg = Pg::connect(&db.url).unwrap();
-        assert_eq!(pg.migrate().unwrap(), vec![1, 2]);
+        assert_eq!(pg.migrate().unwrap(), vec![1, 2, 3]);
         assert_eq!(
             pg.migrate().unwrap(),
             Vec::<i32>::new(),
