@@ -83,8 +83,9 @@ fn history_equals_the_usage_requests_reported_and_tenants_see_only_their_own() {
             .unwrap())
     );
     assert!(
-        rows.iter().all(|r| r["ttft_p50_ms"].is_number()),
-        "latency summaries recorded"
+        rows.iter()
+            .all(|r| r["ttft_p50_ms"].is_number() && r["queue_p95_ms"].is_number()),
+        "latency and queue-time summaries recorded: {rows:?}"
     );
 
     // A tenant sees its own routes, with its own totals, and nobody else's.
