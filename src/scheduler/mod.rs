@@ -3,8 +3,10 @@
 //!
 //! - [`share`]: a request's tenant, weight and tier (from the tenant's limits);
 //! - [`fair`]: the tenants' virtual counters and each step's picks;
-//! - [`drafts`]: the step's spare rows for drafts, by expected accepted tokens.
+//! - [`drafts`]: the step's spare rows for drafts, by expected accepted tokens;
+//! - [`anticipate`]: a step held a few milliseconds for a tenant expected back.
 
+pub mod anticipate;
 pub mod drafts;
 pub mod fair;
 pub mod share;

@@ -15,6 +15,7 @@ use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Sub
 use crate::engine::sequence::{RoundInput, SequenceState};
 use crate::model::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
+use crate::scheduler::anticipate::Anticipation;
 use crate::scheduler::FairShare;
 
 /// A sequence in a batch slot.
@@ -73,6 +74,8 @@ pub struct Engine {
     pause_logged: Option<Instant>,
     /// Steps since one ran newcomers' prompts alone.
     since_alone: u64,
+    /// Tenants whose only request just ended, expected back (see `scheduler::anticipate`).
+    anticipation: Anticipation,
     /// When an interactive tenant last had a request in the engine.
     interactive_seen: Option<Instant>,
     /// A step's fixed cost and cost per row, timed at start-up (seconds).
@@ -108,6 +111,7 @@ impl Engine {
             tier_pauses: 0,
             pause_logged: None,
             since_alone: u64::MAX / 2,
+            anticipation: Anticipation::default(),
             interactive_seen: None,
             row_line: None,
             reserved: 0,
@@ -140,6 +144,7 @@ impl Engine {
     /// Take commands: block while there is nothing to do. False when every handle is gone.
     fn receive(&mut self) -> bool {
         if self.live.is_empty() && self.waiting.is_empty() {
+            self.anticipation.forget();
             match self.rx.recv() {
                 Ok(cmd) => self.apply(cmd),
                 Err(_) => return false,
@@ -148,7 +153,7 @@ impl Engine {
         loop {
             match self.rx.try_recv() {
                 Ok(cmd) => self.apply(cmd),
-                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Empty) => return self.hold_for_returns(),
                 Err(mpsc::TryRecvError::Disconnected) => {
                     return !(self.live.is_empty() && self.waiting.is_empty());
                 }
@@ -159,6 +164,9 @@ impl Engine {
     fn apply(&mut self, cmd: Command) {
         match cmd {
             Command::Submit(sub) => {
+                if self.anticipation.arrived(&sub.share.tenant) {
+                    metrics::counter!("specgate_anticipated_returns_total").increment(1);
+                }
                 self.arrivals += 1;
                 self.fair.arrive(&sub.share);
                 self.waiting.push(Waiting {
@@ -301,9 +309,12 @@ impl Engine {
             }
         }
         ended.sort_unstable();
+        let mut gone = Vec::with_capacity(ended.len());
         for (i, keep) in ended.into_iter().rev() {
+            gone.push(self.live[i].sub.share.clone());
             self.retire(i, keep);
         }
+        self.expect_back(&gone);
     }
 
     /// Seed the step-cost fit with this machine's own timings before serving. Without them

@@ -2,6 +2,7 @@
 //! waiting requests start, and which live sequences sit the step out (paused: their KV, RNG,
 //! grammar and drafter state untouched, so their output is what it would have been).
 
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::{Engine, Waiting};
@@ -143,6 +144,46 @@ impl Engine {
         // At least one row: lower tiers always progress (with no interactive sequence in
         // the step, lingering, a row-costly device would otherwise run nothing).
         Some(rows.saturating_sub(interactive).max(1))
+    }
+
+    /// Requests that just ended: a tenant left with nothing in the engine while others' work
+    /// goes on is expected back (fair scheduling only; a batch tier's return would not run
+    /// ahead of anything).
+    pub(super) fn expect_back(&mut self, gone: &[Share]) {
+        if self.config.scheduling == Scheduling::Fcfs
+            || (self.live.is_empty() && self.waiting.is_empty())
+        {
+            return;
+        }
+        let now = Instant::now();
+        for share in gone {
+            let tenant = share.tenant.as_str();
+            let present = self.live.iter().any(|l| l.sub.share.tenant == tenant)
+                || self.waiting.iter().any(|w| w.sub.share.tenant == tenant);
+            if share.priority > Priority::Batch && !present {
+                self.anticipation.ended(tenant, now);
+            }
+        }
+    }
+
+    /// Hold the next step while a tenant is expected back (within the idle budget), taking
+    /// commands meanwhile. False when every handle is gone and nothing is left to run.
+    pub(super) fn hold_for_returns(&mut self) -> bool {
+        while let Some(hold) = self.anticipation.hold(Instant::now()) {
+            let t = Instant::now();
+            let got = self.rx.recv_timeout(hold);
+            let held = t.elapsed();
+            self.anticipation.held(held);
+            metrics::histogram!("specgate_anticipation_hold_seconds").record(held.as_secs_f64());
+            match got {
+                Ok(cmd) => self.apply(cmd),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return !(self.live.is_empty() && self.waiting.is_empty());
+                }
+            }
+        }
+        true
     }
 
     /// Count the sequences that ran last step and sit this one out; say so in the log when a

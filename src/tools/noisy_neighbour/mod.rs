@@ -32,6 +32,9 @@ pub struct NoisyConfig {
     pub probe_max_tokens: usize,
     /// B's requests per phase.
     pub probes: usize,
+    /// B pauses a uniformly random time up to this before each request (zero: back to
+    /// back, which lands each request just after the engine started a step).
+    pub probe_gap: Duration,
     /// How long the weighted phase is measured.
     pub window: Duration,
     /// How long a flood runs before B's first request (its prompts prefilled).
@@ -94,6 +97,8 @@ pub struct NoisyRun {
     pub flood: usize,
     pub flood_max_tokens: usize,
     pub probe_max_tokens: usize,
+    /// B's pause before each request: up to this many milliseconds (0: none).
+    pub probe_gap_ms: u64,
 }
 
 /// Run every phase on each of `urls` in turn.
@@ -112,6 +117,7 @@ pub fn run(
         flood: cfg.flood,
         flood_max_tokens: cfg.flood_max_tokens,
         probe_max_tokens: cfg.probe_max_tokens,
+        probe_gap_ms: cfg.probe_gap.as_millis() as u64,
         ..NoisyRun::default()
     };
     for url in urls {
@@ -193,6 +199,9 @@ impl Server<'_> {
     fn probes(&self, key: &str) -> Probes {
         let mut p = Probes::default();
         for i in 0..self.cfg.probes {
+            if !self.cfg.probe_gap.is_zero() {
+                std::thread::sleep(self.cfg.probe_gap.mul_f64(rand::random::<f64>()));
+            }
             let prompt = &self.prompts.probe[i % self.prompts.probe.len()];
             match stream_turn(
                 self.url,

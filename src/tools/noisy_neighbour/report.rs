@@ -77,9 +77,13 @@ fn server(md: &mut String, s: &ServerRun) {
 }
 
 pub fn markdown(run: &NoisyRun) -> String {
+    let pause = match run.probe_gap_ms {
+        0 => "each as soon as the last one ended".to_string(),
+        ms => format!("each after a random pause of 0-{ms} ms"),
+    };
     let mut md = format!(
         "## loadgen --scenario noisy-neighbour\n\nA keeps {} requests of up to {} tokens in \
-         flight; B sends requests of up to {} tokens one at a time.\n\n",
+         flight; B sends requests of up to {} tokens one at a time, {pause}.\n\n",
         run.flood, run.flood_max_tokens, run.probe_max_tokens
     );
     for s in &run.servers {
