@@ -7,65 +7,34 @@ mod common;
 use std::time::{Duration, Instant};
 
 use specgate::engine::generate::{generate, GenerateParams};
-use specgate::engine::{
-    EngineConfig, EngineHandle, Event, RouteLabels, Submission, SubmitError, Summary,
-};
-use specgate::SamplingParams;
-use specgate_policies::{SpecPlan, WorkloadClass};
-use specgate_strategies::{NgramDrafter, PlainDrafter, StrategyKind, TokenId};
+use specgate::engine::{EngineConfig, EngineHandle, Event, Submission, SubmitError, Summary};
+use specgate::scheduler::Share;
+use specgate_policies::SpecPlan;
+use specgate_strategies::{StrategyKind, TokenId};
 use tokio::sync::mpsc;
 
 use common::gated::submit_gated;
 use common::tiny::load_tiny_llama as tiny_model;
 
-fn params(max_tokens: usize, k: usize) -> GenerateParams {
-    GenerateParams {
-        max_tokens,
-        sampling: SamplingParams::greedy(),
-        seed: 0,
-        stop: Vec::new(),
-        max_draft_tokens: k,
-        adaptive_k: false,
-        row_cost: None,
-    }
-}
-
+/// A greedy request of tenant "t".
 fn submission(
     engine: &EngineHandle,
     prompt: Vec<TokenId>,
     max_tokens: usize,
     ngram: bool,
 ) -> (Submission, mpsc::UnboundedReceiver<Event>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let (plan, drafter): (SpecPlan, specgate::drafting::registry::BoxedDrafter) = if ngram {
-        let plan = SpecPlan {
-            strategy: StrategyKind::Ngram,
-            k: 3,
-            adaptive: false,
-        };
-        (plan, Box::new(NgramDrafter::default()))
-    } else {
-        (SpecPlan::PLAIN, Box::new(PlainDrafter))
-    };
-    let sub = Submission {
-        id: engine.next_request_id(),
+    common::submit::submission(
+        engine,
         prompt,
-        params: params(max_tokens, plan.k),
-        plan,
-        drafter,
-        route: RouteLabels {
-            tenant: "t".into(),
-            class: WorkloadClass::Chat,
-        },
-        events: tx,
-        shadow: false,
-        logprobs: None,
-        stream: true,
-        grammar: None,
-        cache: None,
-        share: specgate::scheduler::Share::standard("t"),
-    };
-    (sub, rx)
+        max_tokens,
+        ngram,
+        None,
+        &Share::standard("t"),
+    )
+}
+
+fn params(max_tokens: usize, k: usize) -> GenerateParams {
+    common::submit::params(max_tokens, k, None)
 }
 
 /// Text and summary of one request.
@@ -136,12 +105,8 @@ fn a_batch_equals_each_sequence_alone_and_frees_every_cache() {
             summary.sequences
         );
         shared += usize::from(summary.sequences > 1.0);
-        let mut drafter: specgate::drafting::registry::BoxedDrafter = if ngram {
-            Box::new(NgramDrafter::default())
-        } else {
-            Box::new(PlainDrafter)
-        };
-        let k = if ngram { 3 } else { 0 };
+        let (plan, mut drafter) = common::submit::drafting(ngram);
+        let k = plan.k;
         let lm = &mut alone;
         let want = generate(
             &mut lm.model,

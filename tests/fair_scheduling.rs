@@ -7,36 +7,17 @@ mod common;
 
 use std::time::Instant;
 
-use specgate::engine::generate::{generate, GenerateParams};
-use specgate::engine::{
-    EngineConfig, EngineHandle, Event, RouteLabels, Submission, SubmitError, Summary,
-};
+use specgate::engine::generate::generate;
+use specgate::engine::{EngineConfig, EngineHandle, Event, Submission, SubmitError, Summary};
 use specgate::scheduler::{Priority, Scheduling, Share};
-use specgate::SamplingParams;
-use specgate_policies::{SpecPlan, WorkloadClass};
-use specgate_strategies::{NgramDrafter, PlainDrafter, StrategyKind, TokenId};
+use specgate_policies::SpecPlan;
+use specgate_strategies::{StrategyKind, TokenId};
 use tokio::sync::mpsc;
 
 use common::gated::submit_gated;
 use common::tiny::load_tiny_llama as tiny_model;
 
-fn params(max_tokens: usize, k: usize, seed: Option<u64>) -> GenerateParams {
-    GenerateParams {
-        max_tokens,
-        sampling: match seed {
-            Some(_) => SamplingParams {
-                temperature: 0.9,
-                ..SamplingParams::greedy()
-            },
-            None => SamplingParams::greedy(),
-        },
-        seed: seed.unwrap_or(0),
-        stop: Vec::new(),
-        max_draft_tokens: k,
-        adaptive_k: false,
-        row_cost: None,
-    }
-}
+use common::submit::{drafting, params};
 
 struct Req {
     prompt: Vec<TokenId>,
@@ -70,46 +51,13 @@ impl Req {
         engine: &EngineHandle,
         share: &Share,
     ) -> (Submission, mpsc::UnboundedReceiver<Event>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (plan, drafter): (SpecPlan, specgate::drafting::registry::BoxedDrafter) = if self.ngram
-        {
-            let plan = SpecPlan {
-                strategy: StrategyKind::Ngram,
-                k: 3,
-                adaptive: false,
-            };
-            (plan, Box::new(NgramDrafter::default()))
-        } else {
-            (SpecPlan::PLAIN, Box::new(PlainDrafter))
-        };
-        let sub = Submission {
-            id: engine.next_request_id(),
-            prompt: self.prompt.clone(),
-            params: params(self.max_tokens, self.k(), self.seed),
-            plan,
-            drafter,
-            route: RouteLabels {
-                tenant: share.tenant.clone(),
-                class: WorkloadClass::Chat,
-            },
-            events: tx,
-            shadow: false,
-            logprobs: None,
-            stream: true,
-            grammar: None,
-            cache: None,
-            share: share.clone(),
-        };
-        (sub, rx)
+        let (prompt, n) = (self.prompt.clone(), self.max_tokens);
+        common::submit::submission(engine, prompt, n, self.ngram, self.seed, share)
     }
 
     /// Its output decoded alone, outside the engine.
     fn alone(&self, lm: &mut specgate::model::loaded::LoadedModel) -> String {
-        let mut drafter: specgate::drafting::registry::BoxedDrafter = if self.ngram {
-            Box::new(NgramDrafter::default())
-        } else {
-            Box::new(PlainDrafter)
-        };
+        let (_, mut drafter) = drafting(self.ngram);
         let p = params(self.max_tokens, self.k(), self.seed);
         generate(
             &mut lm.model,

@@ -162,7 +162,9 @@ pub struct Summary {
 }
 
 pub enum Command {
-    Submit(Box<Submission>),
+    /// A request, and when it was sent: its queue time counts from then, the step in
+    /// flight included.
+    Submit(Box<Submission>, std::time::Instant),
     Cancel(RequestId),
 }
 
@@ -360,10 +362,13 @@ impl EngineHandle {
             self.config.queue_capacity,
             &status.queued,
         )?;
-        self.tx.send(Command::Submit(Box::new(sub))).map_err(|_| {
-            status.queues.leave(&tenant, &status.queued);
-            SubmitError::EngineDown
-        })
+        let sent = std::time::Instant::now();
+        self.tx
+            .send(Command::Submit(Box::new(sub), sent))
+            .map_err(|_| {
+                status.queues.leave(&tenant, &status.queued);
+                SubmitError::EngineDown
+            })
     }
 
     /// Stop a request and free its cache at the next step (a no-op when it already ended).

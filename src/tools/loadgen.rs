@@ -113,6 +113,14 @@ fn http_err(e: ureq::Error) -> LoadgenError {
     }
 }
 
+/// POST a chat request as the tenant of `key`; an error status becomes the server's message.
+pub fn post_chat(url: &str, key: &str, body: &Value) -> Result<ureq::Response, LoadgenError> {
+    ureq::post(&format!("{url}/v1/chat/completions"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .send_json(body.clone())
+        .map_err(http_err)
+}
+
 /// The served model's id, from /v1/models.
 pub fn model_id(cfg: &LoadgenConfig) -> Result<String, LoadgenError> {
     if let Some(m) = &cfg.model {

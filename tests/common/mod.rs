@@ -6,6 +6,7 @@ pub mod gated;
 pub mod outside;
 pub mod server;
 pub mod speculation;
+pub mod submit;
 pub mod tiny;
 
 use std::path::PathBuf;

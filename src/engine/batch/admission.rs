@@ -69,6 +69,7 @@ impl Engine {
         ];
         metrics::histogram!("specgate_queue_seconds", &labels).record(queued.as_secs_f64());
         self.reserved += reserve;
+        let service = super::Service::new(&sub.share);
         self.live.push(Live {
             sub,
             state,
@@ -77,6 +78,7 @@ impl Engine {
             lease,
             reserved: reserve,
             queued,
+            service,
             arrival,
             ran: false,
             round_company: 0,

@@ -35,6 +35,7 @@ struct Live {
     /// Σ over the steps that ran this sequence's rounds of the sequences in them.
     round_company: u64,
     held: Undelivered,
+    service: Service,
 }
 
 /// What a sequence has committed and not yet sent: an answer that is not streamed goes out
@@ -49,6 +50,7 @@ struct Undelivered {
 /// A request that holds no KV yet.
 struct Waiting {
     sub: Box<Submission>,
+    /// When it was submitted.
     since: Instant,
     arrival: u64,
 }
@@ -163,7 +165,7 @@ impl Engine {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit(sub) => {
+            Command::Submit(sub, sent) => {
                 if self.anticipation.arrived(&sub.share.tenant) {
                     metrics::counter!("specgate_anticipated_returns_total").increment(1);
                 }
@@ -171,7 +173,7 @@ impl Engine {
                 self.fair.arrive(&sub.share);
                 self.waiting.push(Waiting {
                     sub,
-                    since: Instant::now(),
+                    since: sent,
                     arrival: self.arrivals,
                 });
             }
@@ -284,13 +286,13 @@ impl Engine {
                         &self.lm.tokenizer,
                     );
                     let committed = l.state.generated().len() - before;
-                    serve(&mut self.fair, &l.sub.share, 0, committed);
+                    serve(&mut self.fair, l, 0, committed);
                     (i, r)
                 }
                 Work::Prefill(i, n) => {
                     let l = &mut self.live[i];
                     l.prefilled += n;
-                    serve(&mut self.fair, &l.sub.share, n, 0);
+                    serve(&mut self.fair, l, n, 0);
                     if l.prefilled < l.state.prompt().len() {
                         continue;
                     }
@@ -378,18 +380,34 @@ impl Engine {
     }
 }
 
-/// Bill a tenant for a step's work and count it: the engine's service per tenant and tier,
-/// the measure fair shares are judged by.
-fn serve(fair: &mut FairShare, share: &crate::scheduler::Share, prompt: usize, output: usize) {
-    fair.charge(&share.tenant, FairShare::cost(prompt, output));
-    for (kind, n) in [("prompt", prompt), ("output", output)] {
-        if n > 0 {
+/// A sequence's counters of the engine's service (`specgate_engine_tokens_total`), labelled
+/// once when it starts rather than in every step.
+struct Service {
+    prompt: metrics::Counter,
+    output: metrics::Counter,
+}
+
+impl Service {
+    fn new(share: &crate::scheduler::Share) -> Self {
+        let counter = |kind: &'static str| {
             let labels = [
                 ("tenant", share.tenant.clone()),
                 ("priority", share.priority.name().to_string()),
                 ("kind", kind.to_string()),
             ];
-            metrics::counter!("specgate_engine_tokens_total", &labels).increment(n as u64);
+            metrics::counter!("specgate_engine_tokens_total", &labels)
+        };
+        Self {
+            prompt: counter("prompt"),
+            output: counter("output"),
         }
     }
+}
+
+/// Bill a tenant for a step's work and count it: the engine's service per tenant and tier,
+/// the measure fair shares are judged by.
+fn serve(fair: &mut FairShare, l: &Live, prompt: usize, output: usize) {
+    fair.charge(&l.sub.share.tenant, FairShare::cost(prompt, output));
+    l.service.prompt.increment(prompt as u64);
+    l.service.output.increment(output as u64);
 }

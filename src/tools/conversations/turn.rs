@@ -31,16 +31,7 @@ pub struct TurnSample {
 /// POST `body` (streamed) and read the answer.
 pub fn stream_turn(url: &str, key: &str, body: &Value) -> Result<TurnSample, LoadgenError> {
     let start = Instant::now();
-    let resp = ureq::post(&format!("{url}/v1/chat/completions"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .send_json(body.clone())
-        .map_err(|e| match e {
-            ureq::Error::Status(code, r) => LoadgenError::Http(format!(
-                "status {code}: {}",
-                r.into_string().unwrap_or_default()
-            )),
-            e => LoadgenError::Http(e.to_string()),
-        })?;
+    let resp = crate::tools::loadgen::post_chat(url, key, body)?;
     let mut turn = TurnSample::default();
     let mut first = None;
     for line in BufReader::new(resp.into_reader()).lines() {

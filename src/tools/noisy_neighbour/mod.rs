@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::tools::conversations::turn::stream_turn;
-use crate::tools::loadgen::{create_tenant, LoadgenError};
+use crate::tools::loadgen::{create_tenant, post_chat, LoadgenError};
 
 pub use report::markdown;
 
@@ -323,17 +323,7 @@ impl Server<'_> {
 
 /// POST a request that is not streamed and read its answer.
 fn whole(url: &str, key: &str, body: &Value) -> Result<(), LoadgenError> {
-    ureq::post(&format!("{url}/v1/chat/completions"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .send_json(body.clone())
-        .map_err(|e| match e {
-            ureq::Error::Status(code, r) => LoadgenError::Http(format!(
-                "status {code}: {}",
-                r.into_string().unwrap_or_default()
-            )),
-            e => LoadgenError::Http(e.to_string()),
-        })?
-        .into_string()?;
+    post_chat(url, key, body)?.into_string()?;
     Ok(())
 }
 
