@@ -293,6 +293,25 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
             "{what}"
         );
     }
+    // Errors a person can act on: the field named by its path, with what it must be.
+    let image = json!([{"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]);
+    let call =
+        json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
+    let named: Vec<(&str, String, &str, &str)> = vec![
+        ("an image part", json!({"model": m, "messages": [{"role": "user", "content": image}]}).to_string(), "messages[0].content[1]", "not supported by this model"),
+        ("a tool message without its call's id", json!({"model": m, "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": null, "tool_calls": call}, {"role": "tool", "content": "42"}]}).to_string(), "messages[2].tool_call_id", "tool_call_id"),
+        ("seed 2**70", format!("{{\"model\": \"{m}\", \"messages\": {msgs}, \"seed\": 1180591620717411303424}}"), "seed", "must be an integer"),
+        ("content a number", json!({"model": m, "messages": [{"role": "user", "content": 5}]}).to_string(), "messages[0].content", "a string or a list"),
+        ("temperature a word", json!({"model": m, "messages": msgs, "temperature": "hot"}).to_string(), "temperature", "invalid type"),
+    ];
+    for (what, body, param, says) in &named {
+        let (got, v) = s.post_raw("/v1/chat/completions", &key, body);
+        assert_eq!(got, 400, "{what}: {v}");
+        assert_eq!(v["error"]["param"], *param, "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{what}: {message}");
+    }
     let (got, v) = s.post_raw(
         "/v1/completions",
         &key,

@@ -89,6 +89,44 @@ fn a_streamed_tool_call_is_openai_deltas() {
             .all(|c| c["choices"][0]["delta"].get("content").is_none()),
         "no content"
     );
+
+    // Cut by max_tokens at every point of the call: never markup in the arguments or the
+    // content, whole or streamed; a cut call keeps its name and the JSON text it had.
+    for max_tokens in 1..=28 {
+        let extra = json!({"tools": tools, "tool_choice": "required", "parallel_tool_calls": false, "temperature": 0});
+        let body = s.chat_body("Look up the word 'ocean'.", max_tokens, extra);
+        let (status, v) = s.post("/v1/chat/completions", &key, &body);
+        assert_eq!(status, 200, "{v}");
+        let message = &v["choices"][0]["message"];
+        let content = message["content"].as_str().unwrap_or_default();
+        let args = message["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            !content.contains('<') && !args.contains("</") && !args.contains('\n'),
+            "{max_tokens}: {v}"
+        );
+        if v["choices"][0]["finish_reason"] == "length" && !args.is_empty() {
+            assert_eq!(
+                message["tool_calls"][0]["function"]["name"], "lookup",
+                "{v}"
+            );
+        }
+        if max_tokens % 4 == 0 {
+            let mut streamed = body.clone();
+            streamed["stream"] = json!(true);
+            let r = s.stream("/v1/chat/completions", &key, &streamed);
+            let piece = |f: &str| -> String {
+                r.events
+                    .iter()
+                    .filter_map(|e| {
+                        e["choices"][0]["delta"]["tool_calls"][0]["function"][f].as_str()
+                    })
+                    .collect()
+            };
+            assert_eq!(piece("arguments"), args, "{max_tokens}: streamed as whole");
+        }
+    }
 }
 
 #[test]

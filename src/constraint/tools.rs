@@ -168,6 +168,10 @@ pub struct CallReader {
     mode: Mode,
     buf: String,
     calls: usize,
+    /// The current call's arguments sent so far.
+    args: String,
+    /// The functions the request offered (a call cut inside its name is one of them).
+    names: Vec<String>,
 }
 
 impl Default for CallReader {
@@ -178,10 +182,17 @@ impl Default for CallReader {
 
 impl CallReader {
     pub fn new() -> Self {
+        Self::with_names(Vec::new())
+    }
+
+    /// A reader for an answer that may call `names`.
+    pub fn with_names(names: Vec<String>) -> Self {
         Self {
             mode: Mode::Undecided,
             buf: String::new(),
             calls: 0,
+            args: String::new(),
+            names,
         }
     }
 
@@ -197,21 +208,47 @@ impl CallReader {
         out
     }
 
-    /// The text is complete: whatever is held goes out as what it was read as. A call cut
-    /// short (max_tokens) keeps the arguments it had.
+    /// The text is complete (or cut by `max_tokens`): what is held goes out as what it was
+    /// read as, never as markup. A call cut in its arguments keeps the JSON text it had, as
+    /// OpenAI's do; one cut in its name is the one offered function that name can begin.
     pub fn finish(&mut self) -> Vec<CallEvent> {
         let rest = std::mem::take(&mut self.buf);
-        if rest.is_empty() {
-            return Vec::new();
-        }
         match self.mode {
-            Mode::Arguments => vec![CallEvent::Arguments {
-                index: self.calls - 1,
-                delta: rest,
-            }],
-            Mode::Undecided | Mode::Content => vec![CallEvent::Content(rest)],
-            // A name cut short, or trailing text: nothing a client can use as a call.
-            Mode::Name | Mode::Between => Vec::new(),
+            Mode::Arguments => {
+                // What is held could begin the call's end. Once the arguments sent are a
+                // whole JSON value it is that end (the layout allows no other text there).
+                let whole = serde_json::from_str::<serde::de::IgnoredAny>(&self.args).is_ok();
+                if rest.is_empty() || whole {
+                    return Vec::new();
+                }
+                self.args += &rest;
+                vec![CallEvent::Arguments {
+                    index: self.calls - 1,
+                    delta: rest,
+                }]
+            }
+            Mode::Content if !rest.is_empty() => vec![CallEvent::Content(rest)],
+            // Held only while it could open a call (a text answer cannot start with `<`).
+            Mode::Undecided if !rest.is_empty() => self.cut_call(""),
+            Mode::Name => self.cut_call(&rest),
+            // After a call, or nothing held: no more calls.
+            _ => Vec::new(),
+        }
+    }
+
+    /// A call cut before its name was complete: the one offered function it can be, with no
+    /// arguments yet; nothing when that is not one function.
+    fn cut_call(&mut self, begun: &str) -> Vec<CallEvent> {
+        let mut fit = self.names.iter().filter(|n| n.starts_with(begun));
+        match (fit.next(), fit.next()) {
+            (Some(name), None) => {
+                self.calls += 1;
+                vec![CallEvent::Start {
+                    index: self.calls - 1,
+                    name: name.clone(),
+                }]
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -256,6 +293,7 @@ impl CallReader {
                     name,
                 });
                 self.calls += 1;
+                self.args.clear();
                 self.mode = Mode::Arguments;
                 true
             }
@@ -265,6 +303,7 @@ impl CallReader {
                     let delta: String = self.buf.drain(..end).collect();
                     self.buf.drain(..CALL_CLOSE.len());
                     if !delta.is_empty() {
+                        self.args += &delta;
                         out.push(CallEvent::Arguments { index, delta });
                     }
                     self.mode = Mode::Between;
@@ -281,6 +320,7 @@ impl CallReader {
                 let cut = self.buf.len() - keep;
                 if cut > 0 {
                     let delta: String = self.buf.drain(..cut).collect();
+                    self.args += &delta;
                     out.push(CallEvent::Arguments { index, delta });
                 }
                 false
@@ -289,9 +329,10 @@ impl CallReader {
     }
 }
 
-/// A whole answer read at once: its content and its calls (name, arguments).
-pub fn read_calls(text: &str) -> (String, Vec<(String, String)>) {
-    let mut r = CallReader::new();
+/// A whole answer read at once: its content and its calls (name, arguments); `names`: the
+/// functions offered.
+pub fn read_calls(text: &str, names: &[String]) -> (String, Vec<(String, String)>) {
+    let mut r = CallReader::with_names(names.to_vec());
     let mut events = r.push(text);
     events.extend(r.finish());
     let mut content = String::new();

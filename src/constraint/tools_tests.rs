@@ -61,7 +61,7 @@ fn calls_read_the_same_whole_or_in_any_pieces() {
             ),
         ],
     );
-    assert_eq!(read_calls(&text), want);
+    assert_eq!(read_calls(&text, &[]), want);
     for n in [1, 2, 3, 7, 13, 100] {
         assert_eq!(assemble(&read_in_pieces(&text, n)), want, "pieces of {n}");
     }
@@ -77,7 +77,10 @@ fn text_that_is_not_a_call_is_content_and_goes_out_early() {
     );
     assert_eq!(r.push("ok"), vec![CallEvent::Content("ok".into())]);
     assert_eq!(r.calls(), 0);
-    assert_eq!(read_calls("Sunny today."), ("Sunny today.".into(), vec![]));
+    assert_eq!(
+        read_calls("Sunny today.", &[]),
+        ("Sunny today.".into(), vec![])
+    );
 }
 
 #[test]
@@ -115,7 +118,7 @@ fn arguments_stream_before_the_call_ends() {
 #[test]
 fn a_call_cut_short_keeps_what_it_had() {
     let text = format!("{CALL_OPEN}get_weather{NAME_CLOSE}{{\"city\": \"Pa");
-    let (_, calls) = read_calls(&text);
+    let (_, calls) = read_calls(&text, &[]);
     assert_eq!(
         calls,
         vec![("get_weather".into(), "{\"city\": \"Pa".into())]
@@ -162,4 +165,35 @@ fn the_default_prompt_lists_every_tool() {
         "{p}"
     );
     assert!(p.contains("\"name\":\"get_weather\"") && p.contains("Weather in a city"));
+}
+
+/// A call cut by max_tokens never hands markup to a client: arguments are the JSON text
+/// generated so far, a name cut short is the one offered function it begins.
+#[test]
+fn a_call_cut_in_its_end_or_its_name_gives_no_markup() {
+    let names = ["get_weather".to_string(), "get_time".to_string()];
+    let cut_in_end = format!("{CALL_OPEN}get_weather{NAME_CLOSE}{{\"city\": \"Oslo\"}}}}\n</tool");
+    for n in [1, 3, 100] {
+        let events = read_in_pieces(&cut_in_end, n);
+        let want = vec![("get_weather".to_string(), r#"{"city": "Oslo"}"#.to_string())];
+        assert_eq!(assemble(&events), ("".to_string(), want), "pieces of {n}");
+    }
+    // A `}` held at the cut that belongs to the arguments (they are not whole without it).
+    let nested = format!("{CALL_OPEN}get_weather{NAME_CLOSE}{{\"at\": {{\"city\": \"Oslo\"}}");
+    let (_, calls) = read_calls(&nested, &names);
+    assert_eq!(calls[0].1, r#"{"at": {"city": "Oslo"}"#);
+    let in_name = format!("{CALL_OPEN}get_w");
+    let got = read_calls(&in_name, &names);
+    assert_eq!(
+        got,
+        (String::new(), vec![("get_weather".into(), String::new())])
+    );
+    let ambiguous = format!("{CALL_OPEN}get_");
+    assert_eq!(read_calls(&ambiguous, &names), (String::new(), vec![]));
+    let in_opening = &CALL_OPEN[..5];
+    assert_eq!(
+        read_calls(in_opening, &names[..1]),
+        (String::new(), vec![("get_weather".into(), String::new())]),
+        "no `<tool` in the content"
+    );
 }

@@ -323,15 +323,19 @@ impl Engine {
     /// the engine prices a verify row with the cost model's prior until traffic fits it.
     fn calibrate(&mut self) {
         let measured = catch_unwind(AssertUnwindSafe(|| {
-            super::calibrate::measure(&mut self.lm.model)
+            super::calibrate::measure_settled(&mut self.lm.model)
         }));
         match measured {
-            Ok(Ok(measured)) => {
+            Ok(Ok((measured, attempts))) => {
                 let ms: Vec<String> = measured
                     .iter()
                     .map(|(n, secs)| format!("{n}: {:.2} ms", secs * 1e3))
                     .collect();
-                eprintln!("specgate: engine step by rows, {}", ms.join(", "));
+                let again = match attempts {
+                    1 => String::new(),
+                    n => format!(" (timing {n}: the earlier ones fell as rows grew)"),
+                };
+                eprintln!("specgate: engine step by rows, {}{again}", ms.join(", "));
                 self.row_line = super::calibrate::row_line(&measured);
                 if let Ok(mut costs) = self.status.step_costs.lock() {
                     *costs = super::calibrate::seeded(&measured);

@@ -24,9 +24,9 @@ fn finish(reason: FinishReason, calls: usize) -> String {
     }
 }
 
-/// A whole chat answer whose text may hold calls.
-pub fn full_with_calls(meta: &ResponseMeta, text: &str, s: &Summary) -> Value {
-    let (content, calls) = crate::constraint::tools::read_calls(text);
+/// A whole chat answer whose text may hold calls of the functions `names`.
+pub fn full_with_calls(meta: &ResponseMeta, text: &str, s: &Summary, names: &[String]) -> Value {
+    let (content, calls) = crate::constraint::tools::read_calls(text, names);
     let mut body = full(meta, &content, s);
     if calls.is_empty() {
         return body;
@@ -59,16 +59,11 @@ pub struct CallChunks {
     reader: CallReader,
 }
 
-impl Default for CallChunks {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl CallChunks {
-    pub fn new() -> Self {
+    /// For an answer that may call the functions `names`.
+    pub fn new(names: Vec<String>) -> Self {
         Self {
-            reader: CallReader::new(),
+            reader: CallReader::with_names(names),
         }
     }
 

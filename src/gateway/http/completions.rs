@@ -144,10 +144,13 @@ async fn respond(
     let logprobs = request
         .logprobs
         .map(|_| Renderer::new(Arc::clone(&state.tokenizer), endpoint));
-    // Only a request that may call gets its text read for calls.
-    let calls = matches!(request.output, OutputFormat::Tools(_));
+    // Only a request that may call gets its text read for calls (of the functions it may call).
+    let calls = match &request.output {
+        OutputFormat::Tools(t) => Some(t.callable()),
+        _ => None,
+    };
     if request.stream {
-        let calls = calls.then(CallChunks::new);
+        let calls = calls.map(CallChunks::new);
         let events = sse_stream(out, meta, request.include_usage, ticket, logprobs, calls);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
@@ -163,7 +166,7 @@ async fn collect(
     meta: &ResponseMeta,
     mut ticket: Ticket,
     mut logprobs: Option<Renderer>,
-    calls: bool,
+    calls: Option<Vec<String>>,
 ) -> Result<HttpResponse, ApiError> {
     let (mut text, mut entries) = (String::new(), Vec::new());
     while let Some(item) = out.recv().await {
@@ -175,10 +178,9 @@ async fn collect(
             Outgoing::Done(summary) => {
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
                 let lp = logprobs.as_mut().map(|r| r.render(&entries));
-                let body = if calls {
-                    call_responses::full_with_calls(meta, &text, &summary)
-                } else {
-                    responses::full(meta, &text, &summary)
+                let body = match &calls {
+                    Some(names) => call_responses::full_with_calls(meta, &text, &summary, names),
+                    None => responses::full(meta, &text, &summary),
                 };
                 let body = responses::with_logprobs(body, lp);
                 return Ok(HttpResponse::Ok().json(body));

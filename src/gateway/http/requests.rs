@@ -11,6 +11,7 @@ use specgate_strategies::SamplingParams;
 use utoipa::ToSchema;
 
 use crate::gateway::error::ApiError;
+pub use crate::gateway::http::body::parse_body;
 pub use crate::gateway::http::structured::OutputFormat;
 use crate::model::chat_template::ChatMessage;
 
@@ -40,19 +41,15 @@ pub enum Content {
 }
 
 impl Content {
-    /// The text, parts joined; any part but text is refused (naming `param`).
+    /// The text, parts joined; any part but text is refused, naming the part
+    /// (`{param}.content[i]`).
     pub fn into_text(self, param: &str) -> Result<String, ApiError> {
         match self {
             Content::Text(t) => Ok(t),
             Content::Parts(parts) => parts
                 .into_iter()
-                .map(|p| match (p.kind.as_str(), p.text) {
-                    ("text", Some(t)) => Ok(t),
-                    _ => Err(ApiError::invalid(
-                        Some(param),
-                        "only text content parts are supported",
-                    )),
-                })
+                .enumerate()
+                .map(|(i, p)| p.into_text(&format!("{param}.content[{i}]")))
                 .collect(),
         }
     }
@@ -68,14 +65,52 @@ pub struct PredictionField {
     pub content: Content,
 }
 
+/// One part of a message's content. Parts of every kind are read, so that one this model
+/// cannot take (an image, audio, a file) is refused by name rather than as JSON that did
+/// not match.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ContentPart {
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     #[schema(pattern = "^text$")]
     pub kind: String,
     #[schema(value_type = String, required = true)]
     pub text: Option<String>,
+    /// Whatever else the part carries (an image part's `image_url`).
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ContentPart {
+    fn into_text(self, param: &str) -> Result<String, ApiError> {
+        if self.kind.is_empty() {
+            return Err(ApiError::invalid(
+                Some(&format!("{param}.type")),
+                "a content part needs `type` (`text`)",
+            ));
+        }
+        if self.kind != "text" {
+            return Err(ApiError::invalid(
+                Some(param),
+                format!(
+                    "content parts of type `{}` are not supported by this model (it reads \
+                     text only: parts of type `text`)",
+                    self.kind
+                ),
+            )
+            .with_code("unsupported_content"));
+        }
+        if let Some(field) = self.other.keys().next() {
+            return Err(ApiError::invalid(
+                Some(&format!("{param}.{field}")),
+                format!("unknown field `{field}` in a text part (`type`, `text`)"),
+            )
+            .with_code("unknown_field"));
+        }
+        self.text.ok_or_else(|| {
+            ApiError::invalid(Some(&format!("{param}.text")), "a text part needs `text`")
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -100,8 +135,8 @@ pub struct Message {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub function_call: Option<serde_json::Value>,
-    /// A tool message's call (`role` "tool"): the result is shown to the model in order,
-    /// so the id itself is not needed.
+    /// A tool message's call (`role` "tool"; required there, as OpenAI does). The result is
+    /// shown to the model in order.
     #[serde(default)]
     pub tool_call_id: Option<String>,
     #[serde(default)]
@@ -128,7 +163,7 @@ impl Message {
 }
 
 /// Null, an empty string, list or object.
-fn is_empty_value(v: &serde_json::Value) -> bool {
+pub(super) fn is_empty_value(v: &serde_json::Value) -> bool {
     use serde_json::Value;
     match v {
         Value::Null => true,
@@ -137,31 +172,6 @@ fn is_empty_value(v: &serde_json::Value) -> bool {
         Value::Object(o) => o.is_empty(),
         _ => false,
     }
-}
-
-/// Whether `v` is the value of an OpenAI field specgate does not implement that changes
-/// nothing (None: not such a field). Clients and UIs often send these as a matter of
-/// course; any other value is refused, since ignoring it would change the answer.
-fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
-    let null = v.is_null();
-    let zero = |v: &serde_json::Value| v.as_f64() == Some(0.0);
-    Some(match field {
-        "tools" | "functions" => is_empty_value(v),
-        // A bias of 0 changes no logit.
-        "logit_bias" => null || v.as_object().is_some_and(|o| o.values().all(zero)),
-        "tool_choice" | "function_call" => null || v == "none" || v == "auto",
-        "parallel_tool_calls" => null || v.is_boolean(),
-        "top_logprobs" => null || zero(v),
-        "store" => null || v == false,
-        "metadata" => null || v.is_object(),
-        "service_tier" => null || v == "auto" || v == "default",
-        "modalities" => null || v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
-        // Hints that change latency or bookkeeping, never the answer.
-        "prompt_cache_key" | "safety_identifier" => true,
-        // Known, and not implemented at any value but null.
-        "reasoning_effort" | "verbosity" | "audio" | "web_search_options" => null,
-        _ => return None,
-    })
 }
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -248,7 +258,7 @@ pub struct CommonFields {
 }
 
 /// Fields of [`CommonFields`]; with the endpoint's own, anything else is refused.
-const COMMON_FIELDS: [&str; 22] = [
+pub(super) const COMMON_FIELDS: [&str; 22] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -370,109 +380,4 @@ pub struct GenerationRequest {
     pub output: OutputFormat,
     /// Reuse and fill the prefix cache (`cache_prompt`, default true).
     pub cache_prompt: bool,
-}
-
-/// Parse a JSON body into `T`: a 400 with serde's explanation when it is not JSON or a field
-/// has the wrong type, and a 400 naming the field when it is one `T` does not know.
-pub fn parse_body<T: RequestBody>(body: &[u8]) -> Result<T, ApiError> {
-    if body.is_empty() {
-        return Err(ApiError::invalid(
-            None,
-            "the request body is empty; expected JSON",
-        ));
-    }
-    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid(None, format!("the request body is not valid JSON: {e}"))
-            .with_code("invalid_json")
-    })?;
-    let Some(obj) = value.as_object_mut() else {
-        return Err(ApiError::invalid(
-            None,
-            "the request body must be a JSON object",
-        ));
-    };
-    let others: Vec<String> = obj
-        .keys()
-        .filter(|k| !T::OWN_FIELDS.contains(&k.as_str()) && !COMMON_FIELDS.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for field in others {
-        match neutral(&field, &obj[&field]) {
-            Some(true) => {
-                obj.remove(&field);
-            }
-            Some(false) => {
-                return Err(ApiError::invalid(
-                    Some(&field),
-                    format!("`{field}` is not supported; only its neutral value is accepted"),
-                )
-                .with_code("unsupported_parameter"))
-            }
-            None => {
-                return Err(
-                    ApiError::invalid(Some(&field), format!("unknown field `{field}`"))
-                        .with_code("unknown_field"),
-                )
-            }
-        }
-    }
-    serde_json::from_value(value).map_err(|e| {
-        ApiError::invalid(None, format!("invalid request body: {e}")).with_code("invalid_type")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn only_neutral_values_of_unimplemented_fields_pass() {
-        let cases = [
-            ("tools", json!([]), Some(true)),
-            ("tools", json!([{"type": "function"}]), Some(false)),
-            ("logit_bias", json!({"50256": 0}), Some(true)),
-            ("logit_bias", json!({"50256": -100}), Some(false)),
-            // Chat implements it; to completions only the neutral value is known.
-            ("top_logprobs", json!(0.0), Some(true)),
-            ("top_logprobs", json!(2), Some(false)),
-            ("prompt_cache_key", json!("k"), Some(true)),
-            // Implemented, so not a neutral-only field.
-            (
-                "prediction",
-                json!({"type": "content", "content": "x"}),
-                None,
-            ),
-            ("reasoning_effort", json!(null), Some(true)),
-            ("reasoning_effort", json!("high"), Some(false)),
-            ("temprature", json!(0), None),
-        ];
-        for (field, value, want) in cases {
-            assert_eq!(neutral(field, &value), want, "{field}: {value}");
-        }
-    }
-
-    #[test]
-    fn a_known_unimplemented_field_is_unsupported_and_a_typo_unknown() {
-        let code = |body: serde_json::Value| {
-            parse_body::<CompletionRequest>(body.to_string().as_bytes())
-                .err()
-                .and_then(|e| e.code)
-        };
-        let base = json!({"model": "m", "prompt": "x"});
-        let with = |k: &str, v: serde_json::Value| {
-            let mut b = base.clone();
-            b[k] = v;
-            b
-        };
-        assert_eq!(code(with("tools", json!([]))), None);
-        assert_eq!(
-            code(with("reasoning_effort", json!("low"))),
-            Some("unsupported_parameter")
-        );
-        assert_eq!(code(with("temprature", json!(0))), Some("unknown_field"));
-        let mut obfuscated = base.clone();
-        obfuscated["stream_options"] = json!({"include_usage": true, "include_obfuscation": false});
-        assert_eq!(code(obfuscated), None);
-    }
 }

@@ -29,6 +29,16 @@ pub struct ToolsRequest {
     pub answer: Option<Value>,
 }
 
+impl ToolsRequest {
+    /// The functions an answer may call: the named one, or every one offered.
+    pub fn callable(&self) -> Vec<String> {
+        match &self.choice {
+            ToolChoice::Named(n) => vec![n.clone()],
+            _ => self.tools.iter().map(|t| t.name.clone()).collect(),
+        }
+    }
+}
+
 fn invalid(param: &str, why: impl Into<String>) -> ApiError {
     ApiError::invalid(Some(param), why)
 }

@@ -98,6 +98,12 @@ impl ChatRequest {
                     ),
                 ));
             }
+            if m.role == "tool" && m.tool_call_id.as_deref().is_none_or(str::is_empty) {
+                return Err(ApiError::invalid(
+                    Some(&format!("{param}.tool_call_id")),
+                    "a `tool` message needs `tool_call_id`: the id of the call it answers",
+                ));
+            }
             let calls = earlier_calls(&param, &m)?;
             if let Some(field) = m.unsupported_field() {
                 return Err(ApiError::invalid(
