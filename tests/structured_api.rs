@@ -134,16 +134,33 @@ fn bad_grammars_and_tools_are_400s_naming_the_parameter() {
     let s = Server::start(&[]);
     let key = s.tenant("acme");
     let weather = json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}});
-    // 20 000 required properties: past the grammar's size limit (a 60 000-value enum or a
-    // regex repeated 100 000 times compile in milliseconds and are served).
+    // 20 000 required properties: past the grammar's size limit.
     let props: serde_json::Map<String, Value> = (0..20_000)
         .map(|i| (format!("p{i}"), json!({"type": "integer"})))
         .collect();
     let required: Vec<&String> = props.keys().collect();
     let too_large = json!({"type": "object", "properties": props, "required": required});
+    let choices: Vec<String> = (0..5000).map(|i| format!("option number {i}")).collect();
     let cases = [
         (
             json!({"structured_outputs": {"regex": "(unclosed"}}),
+            "structured_outputs",
+            "invalid_grammar",
+        ),
+        // Compile, then exceed the parser's limits on the first token: refused before
+        // admission, not failed mid-answer.
+        (
+            json!({"structured_outputs": {"regex": "a{1000000}"}}),
+            "structured_outputs",
+            "invalid_grammar",
+        ),
+        (
+            json!({"structured_outputs": {"regex": "((a{100}){100}){100}"}}),
+            "structured_outputs",
+            "invalid_grammar",
+        ),
+        (
+            json!({"structured_outputs": {"choice": choices}}),
             "structured_outputs",
             "invalid_grammar",
         ),
@@ -190,6 +207,11 @@ fn bad_grammars_and_tools_are_400s_naming_the_parameter() {
         let what = &what[..what.len().min(120)];
         assert_eq!(status, 400, "{what}: {v}");
         assert_eq!(v["error"]["type"], "invalid_request_error", "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.contains("<state>") && message.len() < 2000,
+            "{what}: the parser's internals: {message}"
+        );
         assert!(
             v["error"]["param"]
                 .as_str()

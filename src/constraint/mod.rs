@@ -112,10 +112,42 @@ impl Grammars {
         if first.count() == 0 {
             return Err(GrammarError::Invalid("the grammar allows no output".into()));
         }
+        probe(c.fork(), &first, self.vocab).map_err(|e| GrammarError::Invalid(e.0))?;
         // Checked here, used for the sequence's first token: not computed twice.
         c.ready = Some(first);
         Ok(Box::new(c))
     }
+}
+
+/// Steps a copy of a new constraint walks before admission (forced tokens, else the first
+/// allowed one).
+const PROBE_STEPS: usize = 3;
+
+/// Walk a copy of the constraint a few tokens in, under the same limits as generation: a
+/// grammar that compiles but exceeds them on its first tokens (`a{1000000}`,
+/// `((a{100}){100}){100}`, a choice of 5,000 strings all failed on the first token
+/// consumed) is the client's error before admission, not a failed answer.
+fn probe(
+    mut c: Box<dyn TokenConstraint>,
+    first: &TokenMask,
+    vocab: usize,
+) -> Result<(), ConstraintError> {
+    let mut mask = first.clone();
+    for step in 0..PROBE_STEPS {
+        let next = c
+            .forced()
+            .first()
+            .copied()
+            .or_else(|| (0..vocab as TokenId).find(|&t| mask.allows(t)));
+        let Some(token) = next else {
+            return Ok(());
+        };
+        c.consume(&[token])?;
+        if step + 1 < PROBE_STEPS {
+            mask = c.mask()?;
+        }
+    }
+    Ok(())
 }
 
 /// The grammar engine, built on first need or by [`LazyGrammars::warm`] (it indexes every
@@ -157,11 +189,14 @@ impl LazyGrammars {
 /// llguidance's limits, tightened where a request could make one step slow: the work of
 /// one mask is bounded (about 10 ms at llguidance's measured rates) so a pathological
 /// grammar fails its request rather than stalling every sequence in the batch.
+/// Errors stay short: llguidance's verbose ones append the parser's state and the whole
+/// grammar, which a client can do nothing with (and which can be long).
 fn limits() -> ParserLimits {
     ParserLimits {
         step_lexer_fuel: 100_000,
         step_max_items: 25_000,
         max_grammar_size: 200_000,
+        verbose_errors: false,
         ..ParserLimits::default()
     }
 }
@@ -180,8 +215,12 @@ struct Llg {
     ready: Option<TokenMask>,
 }
 
+/// The parser's error, its first line only (the rest is llguidance's `<non-verbose/>` mark
+/// or, verbose, its internal state).
 fn fail(e: impl std::fmt::Display) -> ConstraintError {
-    ConstraintError(e.to_string())
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    ConstraintError(first.to_string())
 }
 
 impl TokenConstraint for Llg {
@@ -246,5 +285,21 @@ impl TokenConstraint for Llg {
             ended: self.ended,
             ready: self.ready.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    #[test]
+    fn a_parser_error_reaches_the_client_without_the_parsers_state() {
+        let verbose = "lexer error: too many expressions constructed\n<state>\nTokens: …\n\
+                       </state><grammar>\nstart: …\n</grammar>";
+        let short = "lexer error: too many expressions constructed\n<non-verbose/>";
+        for e in [verbose, short] {
+            assert_eq!(
+                super::fail(e).0,
+                "lexer error: too many expressions constructed"
+            );
+        }
     }
 }
