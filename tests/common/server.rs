@@ -282,3 +282,10 @@ pub fn parse_sse(reader: impl Read) -> StreamResult {
     }
     out
 }
+
+/// A chat answer's text (empty when it has none).
+pub fn chat_text(v: &Value) -> &str {
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+}
