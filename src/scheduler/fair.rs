@@ -120,6 +120,11 @@ impl FairShare {
         self.books.get(tenant).map(|b| b.counter)
     }
 
+    /// Whether `tenant` has requests waiting or running.
+    pub fn is_active(&self, tenant: &str) -> bool {
+        self.books.get(tenant).is_some_and(|b| b.active > 0)
+    }
+
     /// Tenants with requests waiting or running.
     pub fn active_tenants(&self) -> usize {
         self.books.values().filter(|b| b.active > 0).count()

@@ -157,11 +157,9 @@ impl Engine {
         }
         let now = Instant::now();
         for share in gone {
-            let tenant = share.tenant.as_str();
-            let present = self.live.iter().any(|l| l.sub.share.tenant == tenant)
-                || self.waiting.iter().any(|w| w.sub.share.tenant == tenant);
-            if share.priority > Priority::Batch && !present {
-                self.anticipation.ended(tenant, now);
+            // The scheduler's books count each tenant's requests in the engine.
+            if share.priority > Priority::Batch && !self.fair.is_active(&share.tenant) {
+                self.anticipation.ended(&share.tenant, now);
             }
         }
     }
