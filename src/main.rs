@@ -104,6 +104,8 @@ struct GenerateArgs {
     top_k: usize,
     #[arg(long, default_value_t = 0.0)]
     min_p: f32,
+    #[command(flatten)]
+    penalties: cli::penalty_args::PenaltyArgs,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Stop when this string appears (repeatable).
@@ -199,6 +201,7 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         },
         adaptive_k: args.adaptive_k,
         row_cost: args.row_cost,
+        penalties: args.penalties.penalties(),
     };
     let cfg = DrafterConfig {
         target_path: path.clone(),

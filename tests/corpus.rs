@@ -123,6 +123,7 @@ fn tenant_run(set: &str, corpus: Option<SharedCorpus>) -> (usize, usize) {
     // A fixed row price, so both runs draft by the same rule whatever the machine's timing.
     let params = |k| GenerateParams {
         row_cost: Some(0.2),
+        penalties: Default::default(),
         ..GenerateParams::greedy(64, k)
     };
     let (mut tokens, mut passes) = (0, 0);

@@ -40,6 +40,7 @@ fn greedy(
         adaptive_k: false,
         // A fixed price per verified row, so the machine's load does not change the drafts.
         row_cost: Some(row_cost),
+        penalties: Default::default(),
     };
     let mut drafter = kind.build(&config(layer), &lm.tokenizer).unwrap();
     generate(

@@ -34,6 +34,8 @@ const FIELDS: &[&str] = &[
     "user",
     "presence_penalty",
     "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
     "logprobs",
     "workload",
     "speculation",
@@ -53,7 +55,6 @@ const FIELDS: &[&str] = &[
     "tools",
     "tool_choice",
     "response_format",
-    "logit_bias",
     "top_logprobs",
     "metadata",
     "modalities",
@@ -75,6 +76,7 @@ fn limits() -> RequestLimits {
         max_stop_strings: 4,
         max_stop_len: 256,
         max_k: 16,
+        vocab_size: 49152,
     }
 }
 

@@ -32,6 +32,7 @@ fn expected(chat: bool, prompt: &str, max_tokens: usize) -> (String, usize) {
         max_draft_tokens: 0,
         adaptive_k: false,
         row_cost: None,
+        penalties: Default::default(),
     };
     let lm = &mut *lm;
     let out = generate(

@@ -16,6 +16,7 @@ fn params(sampling: SamplingParams, seed: u64, max_tokens: usize) -> GeneratePar
         max_draft_tokens: 0,
         adaptive_k: false,
         row_cost: None,
+        penalties: Default::default(),
     }
 }
 

@@ -82,6 +82,7 @@ fn greedy(
         // A fixed price per verified row: the engine's timed fit rises when the machine is
         // busy (another build beside the tests) and would stop drafts this test counts on.
         row_cost: Some(0.2),
+        penalties: Default::default(),
     };
     let mut drafter = kind.build(&config(None), &lm.tokenizer).unwrap();
     generate(

@@ -36,6 +36,7 @@ fn the_official_openai_python_client_works_unchanged() {
         out.status.success(),
         "client checks failed:\n{stdout}\n{stderr}"
     );
+    eprintln!("{stdout}");
     assert!(
         stdout.contains("all openai client checks passed"),
         "{stdout}"

@@ -157,6 +157,7 @@ fn params(max_tokens: usize, k: usize, sampling: SamplingParams) -> GeneratePara
         max_draft_tokens: k,
         adaptive_k: false,
         row_cost: None,
+        penalties: Default::default(),
     }
 }
 

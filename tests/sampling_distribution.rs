@@ -65,3 +65,64 @@ fn medusa_speculative_sampling_follows_the_targets_distribution() {
 fn eagle_speculative_sampling_follows_the_targets_distribution() {
     sampling_with_follows_the_targets_distribution(StrategyKind::Eagle, 13);
 }
+
+/// With presence, frequency and repetition penalties and a logit bias, speculative sampling
+/// follows the penalised distribution: each row is penalised after the draft prefix it
+/// verifies. The prompt repeats itself, so n-gram drafts propose the very tokens the
+/// penalties turn against, and both acceptance and the residual shape the output. The penalties move the exact distribution far from the unpenalised one, so a
+/// sampler that ignored them, or counted the wrong tokens, would fail the fit.
+#[test]
+fn speculative_sampling_with_penalties_follows_the_penalised_distribution() {
+    use specgate::engine::generate::GenerateParams;
+    use specgate_strategies::{Penalties, TokenTally};
+    let mut lm = common::model();
+    let lm = &mut *lm;
+    let prompt = lm.tokenizer.encode("ha ha ha ha ha ha ha ha").unwrap();
+    let plain = common::distribution::exact(lm, &sampling(), &prompt, TOKENS);
+    let likeliest = plain
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(o, _)| o[0])
+        .unwrap();
+    let penalties = Penalties {
+        presence: 0.3,
+        frequency: 0.6,
+        repetition: 1.1,
+        logit_bias: vec![(likeliest, -0.5)],
+    };
+    let mut shape = |generated: &[u32], row: &mut [f32]| {
+        let mut tally = TokenTally::new(&prompt);
+        tally.add(generated);
+        penalties.apply(row, &tally, &[]);
+    };
+    let exact = common::distribution::exact_shaped(lm, &sampling(), &prompt, TOKENS, &mut shape);
+    let moved: f64 = exact
+        .iter()
+        .map(|(o, p)| (p - plain.get(o).copied().unwrap_or(0.0)).abs())
+        .sum::<f64>()
+        + plain
+            .iter()
+            .filter(|(o, _)| !exact.contains_key(*o))
+            .map(|(_, p)| p)
+            .sum::<f64>();
+    assert!(
+        moved / 2.0 > 0.15,
+        "penalties moved only TV {:.3}",
+        moved / 2.0
+    );
+    let cfg = common::lean_drafter_config(common::model_path(), 17);
+    let mut drafter = StrategyKind::EarlyExit.build(&cfg, &lm.tokenizer).unwrap();
+    let base = GenerateParams {
+        sampling: sampling(),
+        penalties,
+        ..GenerateParams::greedy(TOKENS, 2)
+    };
+    let s = common::distribution::sample_with(lm, drafter.as_mut(), &prompt, &base, SAMPLES);
+    assert!(
+        s.accepted > SAMPLES / 20 && s.drafted - s.accepted > SAMPLES / 20,
+        "drafted {}, accepted {}",
+        s.drafted,
+        s.accepted
+    );
+    common::distribution::assert_fits(&s.counts, &exact);
+}

@@ -240,3 +240,67 @@ fn a_long_prompt_reaches_the_draft_model_a_chunk_a_round_and_drafts_as_if_fed_at
     }
     assert_eq!(on_plain.propose(&ctx, 4).unwrap().tokens, draft.tokens);
 }
+
+/// Penalties and logit bias shape every verify row as plain decoding's own row after the
+/// same tokens: greedy speculation with each setting equals plain greedy with it, for every
+/// strategy and k, and each setting changes the answer (so the check has something to see).
+#[test]
+fn greedy_speculation_with_penalties_equals_plain_with_the_same_penalties() {
+    use specgate_strategies::Penalties;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/prompts");
+    let sets = load_prompt_sets(&dir).unwrap();
+    let mut lm = common::model();
+    let lm = &mut *lm;
+    let mut drafters = drafters(lm);
+    let penalties = |presence, frequency, repetition| Penalties {
+        presence,
+        frequency,
+        repetition,
+        logit_bias: vec![],
+    };
+    let mut settings = vec![
+        ("presence 1.5", penalties(1.5, 0.0, 1.0)),
+        ("frequency 1.0", penalties(0.0, 1.0, 1.0)),
+        ("repetition 1.5", penalties(0.0, 0.0, 1.5)),
+        ("all three", penalties(0.4, 0.6, 1.2)),
+    ];
+    // The bias bans the tokens of the unpenalised answer's first line but one.
+    settings.push(("logit_bias", Penalties::none()));
+    for (n, (name, p)) in settings.iter_mut().enumerate() {
+        let set = &sets[n % sets.len()];
+        let text = lm
+            .chat_prompt(&[ChatMessage::new("user", &set.prompts[1])])
+            .unwrap();
+        let ids = lm.tokenizer.encode(&text).unwrap();
+        let unpenalised = generate(
+            &mut lm.model,
+            &lm.tokenizer,
+            &ids,
+            &params(0),
+            &mut PlainDrafter,
+            |_| {},
+        )
+        .unwrap();
+        if p.is_none() {
+            p.logit_bias = unpenalised.token_ids[1..8]
+                .iter()
+                .map(|&t| (t, -100.0))
+                .collect();
+        }
+        let base = GenerateParams {
+            penalties: p.clone(),
+            ..params(0)
+        };
+        let label = format!("{name} on {} #1", set.name);
+        let (plain, (runs, _)) = common::speculation::every_drafter_equals_plain_with(
+            lm,
+            &ids,
+            &base,
+            &mut drafters,
+            TIE,
+            &label,
+        );
+        assert_ne!(plain, unpenalised.token_ids, "{label}: changed nothing");
+        assert_eq!(runs, drafters.len() * 4, "{label}");
+    }
+}

@@ -50,6 +50,20 @@ fn completions_follow_a_regex_a_choice_and_a_schema() {
     );
     let parsed: Value = serde_json::from_str(v["choices"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(parsed["digits"].as_str().map(str::len), Some(4), "{parsed}");
+    // A schema that leaves additionalProperties unsaid is read strictly, as OpenAI's: the
+    // answer has the declared keys only, each once, and ends on its own.
+    let open = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}, "country": {"type": "string", "maxLength": 16}}, "required": ["city"]});
+    let body = json!({"model": s.model_id, "max_tokens": 60, "temperature": 0,
+        "messages": [{"role": "user", "content": "Name a city and its country, with its population, mayor and area, as JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": open}}});
+    let (status, v) = s.post("/v1/chat/completions", &key, &body);
+    assert_eq!(status, 200, "{v}");
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let parsed: Value = serde_json::from_str(text).unwrap();
+    let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
+    assert!(keys.iter().all(|k| *k == "city" || *k == "country"), "{text}");
+    assert_eq!(text.matches("\"city\"").count(), 1, "{text}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{text}");
     // Constrained requests are a route of their own.
     assert!(s.metric_if_exported("specgate_requests_total").is_some());
 }

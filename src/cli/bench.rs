@@ -82,6 +82,8 @@ pub enum BenchCommand {
         exit_layer: usize,
         #[arg(long, default_value_t = 0.0)]
         temperature: f32,
+        #[command(flatten)]
+        penalties: crate::cli::penalty_args::PenaltyArgs,
         /// Price verify rows at this share of a plain pass instead of measuring it (0: as if
         /// rows were free, as on an idle GPU; Medusa trees then take their whole budget).
         #[arg(long, value_parser = row_cost_arg)]
@@ -208,6 +210,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
             no_corpus,
             exit_layer,
             temperature,
+            penalties,
             row_cost,
             sets,
             repeats,
@@ -242,6 +245,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
                     ..SamplingParams::greedy()
                 },
                 row_cost,
+                penalties: penalties.penalties(),
                 device,
                 sets,
                 repeats: repeats as usize,

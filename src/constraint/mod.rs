@@ -8,6 +8,7 @@
 //! a 400 before anything reaches the engine, and a grammar whose first mask cannot be
 //! computed within llguidance's limits is refused there too.
 
+pub mod closed;
 pub mod tok_env;
 pub mod tools;
 

@@ -19,6 +19,9 @@ pub struct ToolSpec {
     pub description: Option<String>,
     /// A JSON schema of the arguments object.
     pub parameters: Value,
+    /// Read the schema as OpenAI's strict mode does (`function.strict` is not false): an
+    /// object that declares its properties allows no others ([`super::closed`]).
+    pub strict: bool,
 }
 
 /// `tool_choice`.
@@ -80,7 +83,12 @@ pub fn call_grammar(
     let names: Vec<String> = (0..offered.len()).map(|i| format!("call_{i}")).collect();
     g += &format!("call: {}\n", names.join(" | "));
     for (rule, tool) in names.iter().zip(&offered) {
-        let schema = with_layout(tool.parameters.clone()).map_err(|e| {
+        let parameters = if tool.strict {
+            super::closed::closed(tool.parameters.clone())
+        } else {
+            tool.parameters.clone()
+        };
+        let schema = with_layout(parameters).map_err(|e| {
             GrammarError::Invalid(format!("function {}: parameters: {e}", tool.name))
         })?;
         g += &format!(

@@ -5,6 +5,7 @@ fn weather() -> ToolSpec {
         name: "get_weather".into(),
         description: Some("Weather in a city".into()),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        strict: true,
     }
 }
 

@@ -93,6 +93,7 @@ pub fn validate(
     params: &GenerateParams,
 ) -> Result<(), GenerateError> {
     params.sampling.validate()?;
+    params.penalties.validate(model.config().vocab_size)?;
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }

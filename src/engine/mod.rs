@@ -13,6 +13,7 @@ pub mod constrained;
 pub mod generate;
 pub mod logprobs;
 pub mod params;
+mod penalised;
 mod prefix;
 pub mod queues;
 pub mod sequence;

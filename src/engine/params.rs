@@ -1,7 +1,7 @@
 //! What a caller asks of one generation, and what can go wrong running it: shared by the
 //! engine's sequences and the single-sequence `generate` loop.
 
-use specgate_strategies::SamplingParams;
+use specgate_strategies::{Penalties, SamplingParams};
 
 use crate::model::tokenizer::TokenizerError;
 use crate::model::ModelError;
@@ -20,6 +20,8 @@ pub enum GenerateError {
         max: usize,
         context: usize,
     },
+    #[error("invalid penalties: {0}")]
+    Penalties(#[from] specgate_strategies::PenaltyError),
     #[error("invalid sampling parameters: {0}")]
     Sampling(#[from] specgate_strategies::SamplingError),
     #[error(transparent)]
@@ -42,6 +44,8 @@ pub struct GenerateParams {
     /// from this sequence's passes (0: draft as if rows were free, as on an idle GPU). Read by
     /// `generate` only: the engine prices rows from its own steps and load.
     pub row_cost: Option<f32>,
+    /// Penalties and biases on the target's rows (none by default).
+    pub penalties: Penalties,
 }
 
 impl GenerateParams {
@@ -56,6 +60,7 @@ impl GenerateParams {
             max_draft_tokens: k,
             adaptive_k: false,
             row_cost: None,
+            penalties: Penalties::none(),
         }
     }
 }

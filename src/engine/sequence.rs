@@ -16,6 +16,7 @@ use specgate_strategies::{
 
 use super::constrained::{Constrained, RoundConstraint, FORCED_MAX};
 use super::params::{GenerateError, GenerateParams};
+use super::penalised::Penalised;
 use crate::drafting::guard::{guarded, propose_checked};
 use crate::engine::logprobs::{token_logprob, LogprobQueue, TokenLogprob};
 use crate::engine::stop::StopMatcher;
@@ -67,6 +68,8 @@ pub struct SequenceState {
     logprobs: Option<LogprobQueue>,
     /// The grammar the output must follow, when the request gave one.
     constraint: Option<Constrained>,
+    /// Penalties and biases on every row, when the request gave any.
+    penalties: Option<Penalised>,
 }
 
 impl SequenceState {
@@ -93,6 +96,7 @@ impl SequenceState {
             fresh: Vec::new(),
             logprobs: None,
             constraint: None,
+            penalties: Penalised::new(&params.penalties, prompt),
         }
     }
 
@@ -181,14 +185,16 @@ impl SequenceState {
         tok: &Tokenizer,
     ) -> Result<String, GenerateError> {
         let vocab = last_row.len();
+        let shaped = self.penalties.as_ref().map(|p| p.first_row(last_row));
+        let shaped = shaped.as_deref().unwrap_or(last_row);
         let masked = match self.constraint.as_mut() {
-            Some(c) => Some(c.first_row(last_row, vocab)?),
+            Some(c) => Some(c.first_row(shaped, vocab)?),
             None => None,
         };
         let first = self
             .params
             .sampling
-            .sample(masked.as_deref().unwrap_or(last_row), &mut self.rng);
+            .sample(masked.as_deref().unwrap_or(shaped), &mut self.rng);
         self.hidden = (!last_hidden.is_empty()).then(|| last_hidden.to_vec());
         self.fresh = last_hidden.to_vec();
         if let Some(g) = self.gaps.as_mut() {
@@ -287,10 +293,15 @@ impl SequenceState {
         let base = model.seq_len(self.seq).unwrap_or(0) - round.tokens.len();
         let draft = round.draft;
         let mut rc = round.constraint;
-        // Tokens are chosen from the rows masked by the grammar; log-probabilities report
-        // the target's own.
-        let masked = rc.as_ref().map(|rc| Constrained::masked(rows, rc, vocab));
-        let judge = masked.as_deref().unwrap_or(rows);
+        // Tokens are chosen from the rows penalised, then masked by the grammar;
+        // log-probabilities report the target's own.
+        let shaped = self
+            .penalties
+            .as_ref()
+            .map(|p| p.round_rows(rows, vocab, &draft));
+        let shaped = shaped.as_deref().unwrap_or(rows);
+        let masked = rc.as_ref().map(|rc| Constrained::masked(shaped, rc, vocab));
+        let judge = masked.as_deref().unwrap_or(shaped);
         let forced = rc.as_ref().is_some_and(|rc| rc.forced);
         // The pass's rows behind the committed tokens: the accepted path, then `next`'s.
         let (committed, used_rows, judged) = match draft.as_tree() {
@@ -403,6 +414,9 @@ impl SequenceState {
                 break;
             }
             self.ids.push(t);
+            if let Some(p) = self.penalties.as_mut() {
+                p.generated(t);
+            }
             let piece = self.stream.push(tok, t)?;
             if let Some(q) = self.logprobs.as_mut() {
                 q.committed(piece.as_ref().map(String::len));

@@ -165,6 +165,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let priors = learner_priors(&cfg)?;
     let tokenizer = Arc::clone(&lm.tokenizer);
     let context_length = lm.model.config().context_length;
+    let vocab_size = lm.model.config().vocab_size;
     let grammars = LazyGrammars::new(Arc::clone(&tokenizer), lm.model.config().vocab_size);
     grammars.warm();
     let model_id = cfg.model.file_stem().map_or_else(
@@ -220,6 +221,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             max_stop_strings: cfg.max_stop_strings,
             max_stop_len: cfg.max_stop_len,
             max_k: 16,
+            vocab_size,
         },
         admin_token: cfg.admin_token.clone(),
         metrics,

@@ -75,6 +75,8 @@ pub struct SpecBenchConfig {
     pub sampling: SamplingParams,
     /// A fixed verify-row price for the speculative runs (None: each run fits its own).
     pub row_cost: Option<f32>,
+    /// Applied to every row, plain decoding's included.
+    pub penalties: specgate_strategies::Penalties,
     /// Prompt sets to run (empty: all of them).
     pub sets: Vec<String>,
     /// Runs of every set, each with fresh drafters and caches.
@@ -186,6 +188,7 @@ pub fn bench_spec(cfg: &SpecBenchConfig, out: &mut dyn Write) -> anyhow::Result<
         max_draft_tokens: k.max(),
         adaptive_k: matches!(k, KChoice::Auto(_)),
         row_cost: cfg.row_cost,
+        penalties: cfg.penalties.clone(),
     };
     let mut rows = Vec::new();
     for set in &sets {

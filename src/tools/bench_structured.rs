@@ -114,6 +114,7 @@ fn prepare(lm: &LoadedModel, r: &BenchRequest) -> anyhow::Result<(Vec<TokenId>, 
                     name: t["name"].as_str().unwrap_or_default().to_string(),
                     description: t["description"].as_str().map(str::to_string),
                     parameters: t["parameters"].clone(),
+                    strict: true,
                 })
                 .collect();
             messages = offer_tools(&messages, &tools);

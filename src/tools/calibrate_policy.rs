@@ -104,6 +104,7 @@ fn bench_config(
         exit_layer: cfg.exit_layer,
         sampling: SamplingParams::greedy(),
         row_cost: None,
+        penalties: Default::default(),
         sets: vec![],
         repeats: 1,
     }

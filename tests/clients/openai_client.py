@@ -77,6 +77,34 @@ plain = client.chat.completions.create(
 )
 check(plain.choices[0].message.content == text, "speculation off gives the same greedy text")
 
+# Penalties and logit bias: speculation (n-gram drafts, which propose the repeats the
+# penalties turn against) gives plain decoding's greedy text under the same settings.
+code = [{"role": "user", "content": "Write a Python function that returns the sum of a list, "
+         "then the same function again with a docstring."}]
+shaped = dict(frequency_penalty=0.5, presence_penalty=0.3, logit_bias={"28": -100},
+              extra_body={"repetition_penalty": 1.1})
+unshaped = client.chat.completions.create(model=MODEL, messages=code, max_tokens=48, temperature=0)
+runs = {}
+for name, spec in [("plain", {"enabled": False}), ("ngram", {"strategy": "ngram", "k": 4}),
+                   ("suffix", {"strategy": "suffix", "k": 8})]:
+    body = dict(shaped["extra_body"], speculation=spec)
+    r = client.chat.completions.create(
+        model=MODEL, messages=code, max_tokens=48, temperature=0,
+        **{k: v for k, v in shaped.items() if k != "extra_body"}, extra_body=body,
+    )
+    runs[name] = r.choices[0].message.content
+check(runs["plain"] != unshaped.choices[0].message.content, "penalties change the greedy answer")
+check(runs["ngram"] == runs["plain"] and runs["suffix"] == runs["plain"],
+      "speculation with penalties gives plain decoding's text with them")
+for bad in [dict(frequency_penalty=2.5), dict(logit_bias={"999999": 1}),
+            dict(extra_body={"repetition_penalty": 0})]:
+    try:
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, **bad)
+        check(False, f"{bad} must fail")
+    except openai.BadRequestError as e:
+        field = next(iter(bad if "extra_body" not in bad else bad["extra_body"]))
+        check(field in str(e), f"{bad} is BadRequestError (400) naming {field}")
+
 # A conversation replayed from the client's own response objects (their null refusal,
 # tool_calls, ... fields), with the neutral values of fields specgate does not implement.
 turns = messages + [chat.choices[0].message.model_dump(), {"role": "user", "content": "And Spain?"}]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use specgate::engine::generate::GenerateParams;
 use specgate::model::loaded::LoadedModel;
 use specgate::model::LogitRows;
 use specgate::{SamplingParams, TokenId};
@@ -87,7 +88,22 @@ pub fn sample(
     sampling: &SamplingParams,
     (tokens, k, n): (usize, usize, u64),
 ) -> Samples {
-    use specgate::engine::generate::{generate, GenerateParams};
+    let base = GenerateParams {
+        sampling: *sampling,
+        ..GenerateParams::greedy(tokens, k)
+    };
+    sample_with(lm, drafter, prompt, &base, n)
+}
+
+/// [`sample`] with `base` params (their sampling, penalties, max_tokens and k), seeds 0..n.
+pub fn sample_with(
+    lm: &mut LoadedModel,
+    drafter: &mut dyn specgate_strategies::Drafter,
+    prompt: &[TokenId],
+    base: &GenerateParams,
+    n: u64,
+) -> Samples {
+    use specgate::engine::generate::generate;
     let mut s = Samples {
         counts: BTreeMap::new(),
         drafted: 0,
@@ -95,13 +111,8 @@ pub fn sample(
     };
     for seed in 0..n {
         let params = GenerateParams {
-            max_tokens: tokens,
-            sampling: *sampling,
             seed,
-            stop: vec![],
-            max_draft_tokens: k,
-            adaptive_k: false,
-            row_cost: None,
+            ..base.clone()
         };
         let out = generate(
             &mut lm.model,

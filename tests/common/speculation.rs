@@ -19,11 +19,30 @@ pub fn every_drafter_equals_plain(
     tie: f32,
     label: &str,
 ) -> (usize, usize) {
+    let base = GenerateParams::greedy(tokens, 0);
+    every_drafter_equals_plain_with(lm, ids, &base, drafters, tie, label).1
+}
+
+/// [`every_drafter_equals_plain`] with greedy `base` params (their penalties, max_tokens);
+/// also returns plain decoding's tokens.
+pub fn every_drafter_equals_plain_with(
+    lm: &mut LoadedModel,
+    ids: &[u32],
+    base: &GenerateParams,
+    drafters: &mut [(StrategyKind, BoxedDrafter)],
+    tie: f32,
+    label: &str,
+) -> (Vec<u32>, (usize, usize)) {
+    let plain_params = GenerateParams {
+        max_draft_tokens: 0,
+        adaptive_k: false,
+        ..base.clone()
+    };
     let plain = generate(
         &mut lm.model,
         &lm.tokenizer,
         ids,
-        &GenerateParams::greedy(tokens, 0),
+        &plain_params,
         &mut PlainDrafter,
         |_| {},
     )
@@ -33,8 +52,9 @@ pub fn every_drafter_equals_plain(
         for (k, adaptive) in K_CHOICES {
             let p = GenerateParams {
                 adaptive_k: adaptive,
+                max_draft_tokens: k,
                 row_cost: None,
-                ..GenerateParams::greedy(tokens, k)
+                ..base.clone()
             };
             let spec = generate(
                 &mut lm.model,
@@ -47,7 +67,8 @@ pub fn every_drafter_equals_plain(
             .unwrap();
             runs += 1;
             assert_eq!(spec.stats.drafter_failures, 0, "{kind} failed to draft");
-            if *kind == StrategyKind::Draft {
+            // Drafters do not see penalties: then even a self-draft can be rejected.
+            if *kind == StrategyKind::Draft && base.penalties.is_none() {
                 assert_eq!(
                     spec.stats.accepted, spec.stats.drafted,
                     "a self-draft is always accepted"
@@ -59,5 +80,5 @@ pub fn every_drafter_equals_plain(
             }
         }
     }
-    (runs, ties)
+    (plain.token_ids, (runs, ties))
 }

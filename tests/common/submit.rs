@@ -26,6 +26,7 @@ pub fn params(max_tokens: usize, k: usize, seed: Option<u64>) -> GenerateParams 
         max_draft_tokens: k,
         adaptive_k: false,
         row_cost: None,
+        penalties: Default::default(),
     }
 }
 

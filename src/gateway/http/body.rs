@@ -117,8 +117,6 @@ fn neutral(field: &str, v: &serde_json::Value) -> Option<bool> {
     let zero = |v: &serde_json::Value| v.as_f64() == Some(0.0);
     Some(match field {
         "tools" | "functions" => is_empty_value(v),
-        // A bias of 0 changes no logit.
-        "logit_bias" => null || v.as_object().is_some_and(|o| o.values().all(zero)),
         "tool_choice" | "function_call" => null || v == "none" || v == "auto",
         "parallel_tool_calls" => null || v.is_boolean(),
         "top_logprobs" => null || zero(v),
@@ -145,8 +143,8 @@ mod tests {
         let cases = [
             ("tools", json!([]), Some(true)),
             ("tools", json!([{"type": "function"}]), Some(false)),
-            ("logit_bias", json!({"50256": 0}), Some(true)),
-            ("logit_bias", json!({"50256": -100}), Some(false)),
+            // Implemented: any value is the endpoint's to validate.
+            ("logit_bias", json!({"50256": -100}), None),
             // Chat implements it; to completions only the neutral value is known.
             ("top_logprobs", json!(0.0), Some(true)),
             ("top_logprobs", json!(2), Some(false)),

@@ -9,6 +9,7 @@ pub mod completions;
 pub mod logprobs_json;
 pub mod openapi;
 pub mod ops;
+pub mod penalties;
 pub mod policies_api;
 pub mod prepare;
 pub mod requests;

@@ -64,6 +64,7 @@ pub fn prepare(
             max_draft_tokens: 0,
             adaptive_k: false,
             row_cost: None,
+            penalties: r.penalties.clone(),
         },
         route: RouteLabels {
             tenant: tenant.clone(),
@@ -160,6 +161,7 @@ mod tests {
             max_stop_strings: 4,
             max_stop_len: 64,
             max_k: 16,
+            vocab_size: 100,
         }
     }
 

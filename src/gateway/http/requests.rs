@@ -7,7 +7,7 @@
 use serde::Deserialize;
 pub use specgate_policies::SpecOverride;
 use specgate_policies::WorkloadClass;
-use specgate_strategies::SamplingParams;
+use specgate_strategies::{Penalties, SamplingParams};
 use utoipa::ToSchema;
 
 use crate::gateway::error::ApiError;
@@ -226,11 +226,19 @@ pub struct CommonFields {
     #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     pub user: Option<String>,
-    /// Only 0 (not supported otherwise).
-    #[schema(minimum = 0.0, maximum = 0.0)]
+    /// Subtracted from the logit of every token already in the output.
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f64>,
-    #[schema(minimum = 0.0, maximum = 0.0)]
+    /// Subtracted from a token's logit once per time it is in the output.
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f64>,
+    /// vLLM's extension: the logit of a token in the prompt or output is divided by it when
+    /// positive, multiplied when negative (1: off).
+    #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
+    pub repetition_penalty: Option<f64>,
+    /// Token id (as a string) → a bias from -100 to 100 added to its logit.
+    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
+    pub logit_bias: Option<std::collections::BTreeMap<String, f64>>,
     /// Chat: true reports each generated token's log-probability (the target's, before
     /// temperature and truncation). Completions: an integer 0–5, the alternatives to report
     /// with it.
@@ -258,7 +266,7 @@ pub struct CommonFields {
 }
 
 /// Fields of [`CommonFields`]; with the endpoint's own, anything else is refused.
-pub(super) const COMMON_FIELDS: [&str; 22] = [
+pub(super) const COMMON_FIELDS: [&str; 24] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -274,6 +282,8 @@ pub(super) const COMMON_FIELDS: [&str; 22] = [
     "user",
     "presence_penalty",
     "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
     "logprobs",
     "workload",
     "speculation",
@@ -354,6 +364,8 @@ pub struct RequestLimits {
     pub max_stop_strings: usize,
     pub max_stop_len: usize,
     pub max_k: usize,
+    /// The target's vocabulary: `logit_bias` names ids below it.
+    pub vocab_size: usize,
 }
 
 /// A validated request, before tokenization.
@@ -365,6 +377,7 @@ pub struct GenerationRequest {
     /// context leaves after the prompt.
     pub max_tokens: Option<usize>,
     pub sampling: SamplingParams,
+    pub penalties: Penalties,
     /// None: the client gave no seed, so two such requests sample differently.
     pub seed: Option<u64>,
     pub stop: Vec<String>,

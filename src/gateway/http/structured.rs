@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::constraint::tools::{valid_name, ToolChoice, ToolSpec};
+use crate::constraint::closed::closed;
 use crate::constraint::GrammarSpec;
 use crate::gateway::error::ApiError;
 
@@ -81,7 +82,12 @@ pub fn response_format(v: Option<&Value>) -> Result<Option<GrammarSpec>, ApiErro
             // OpenAI allows the schema to be left out (any JSON object then).
             match js.get("schema") {
                 None | Some(Value::Null) => Ok(Some(GrammarSpec::JsonObject)),
-                Some(s) if s.is_object() => Ok(Some(GrammarSpec::JsonSchema(s.clone()))),
+                // OpenAI's strict reading unless `strict` is false: declared objects are
+                // closed ([`closed`]).
+                Some(s) if s.is_object() && js.get("strict") == Some(&Value::Bool(false)) => {
+                    Ok(Some(GrammarSpec::JsonSchema(s.clone())))
+                }
+                Some(s) if s.is_object() => Ok(Some(GrammarSpec::JsonSchema(closed(s.clone())))),
                 Some(_) => Err(invalid(
                     "response_format.json_schema.schema",
                     "`schema` must be a JSON schema object",
@@ -122,11 +128,11 @@ pub fn structured_outputs(v: Option<&Value>) -> Result<Option<GrammarSpec>, ApiE
     };
     Ok(Some(match key.as_str() {
         "json" => match val {
-            Value::Object(_) => GrammarSpec::JsonSchema(val.clone()),
+            Value::Object(_) => GrammarSpec::JsonSchema(closed(val.clone())),
             // vLLM accepts the schema as a JSON string too.
-            Value::String(s) => GrammarSpec::JsonSchema(serde_json::from_str(s).map_err(|e| {
-                invalid("structured_outputs.json", format!("not a JSON schema: {e}"))
-            })?),
+            Value::String(s) => GrammarSpec::JsonSchema(closed(serde_json::from_str(s).map_err(
+                |e| invalid("structured_outputs.json", format!("not a JSON schema: {e}")),
+            )?)),
             _ => {
                 return Err(invalid(
                     "structured_outputs.json",
@@ -247,6 +253,7 @@ fn tool(i: usize, t: &Value) -> Result<ToolSpec, ApiError> {
             .and_then(Value::as_str)
             .map(str::to_string),
         parameters,
+        strict: f.get("strict") != Some(&Value::Bool(false)),
     })
 }
 

@@ -19,8 +19,24 @@ fn response_formats_read_as_grammars() {
     );
     let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
     let rf = json!({"type": "json_schema", "json_schema": {"name": "thing", "schema": schema, "strict": true}});
+    // Strict, as OpenAI reads it: the declared object allows no other keys.
+    let mut closed = schema.clone();
+    closed["additionalProperties"] = json!(false);
     assert_eq!(
         response_format(Some(&rf)).unwrap(),
+        Some(GrammarSpec::JsonSchema(closed.clone()))
+    );
+    let mut unsaid = rf.clone();
+    unsaid["json_schema"].as_object_mut().unwrap().remove("strict");
+    assert_eq!(
+        response_format(Some(&unsaid)).unwrap(),
+        Some(GrammarSpec::JsonSchema(closed))
+    );
+    // `strict: false` takes the schema as JSON Schema reads it.
+    let mut lenient = rf.clone();
+    lenient["json_schema"]["strict"] = json!(false);
+    assert_eq!(
+        response_format(Some(&lenient)).unwrap(),
         Some(GrammarSpec::JsonSchema(schema))
     );
     for (bad, param) in [

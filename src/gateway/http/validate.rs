@@ -7,6 +7,7 @@ use specgate_strategies::{SamplingParams, StrategyKind};
 use crate::constraint::tools::calls_text;
 use crate::engine::logprobs::MAX_TOP_LOGPROBS;
 use crate::gateway::error::ApiError;
+use crate::gateway::http::penalties::{penalties, PenaltyFields};
 use crate::gateway::http::requests::Message;
 use crate::gateway::http::requests::{
     ChatRequest, CommonFields, CompletionRequest, GenerationRequest, PredictionField, PromptField,
@@ -212,17 +213,15 @@ impl CommonFields {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
         }
-        for (param, v) in [
-            ("presence_penalty", self.presence_penalty),
-            ("frequency_penalty", self.frequency_penalty),
-        ] {
-            if v.is_some_and(|x| x != 0.0) {
-                return Err(ApiError::invalid(
-                    Some(param),
-                    format!("`{param}` is not supported"),
-                ));
-            }
-        }
+        let penalties = penalties(
+            PenaltyFields {
+                presence: self.presence_penalty,
+                frequency: self.frequency_penalty,
+                repetition: self.repetition_penalty,
+                logit_bias: self.logit_bias,
+            },
+            limits.vocab_size,
+        )?;
         let (param, max) = match (self.max_completion_tokens, self.max_tokens) {
             (Some(m), _) => ("max_completion_tokens", Some(m)),
             (None, m) => ("max_tokens", m),
@@ -301,6 +300,7 @@ impl CommonFields {
                 top_p: top_p as f32,
                 min_p: min_p as f32,
             },
+            penalties,
             // OpenAI's seed is i64; none → the shell draws one per request.
             seed: self.seed.map(|s| s as u64),
             stop,
