@@ -19,26 +19,31 @@ fn the_official_openai_python_client_works_unchanged() {
     };
     let s = Server::start(&[]);
     let key = s.tenant("python");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/openai_client.py"
-    );
-    let out = Command::new(&python)
-        .arg(script)
+    for (script, done) in [
+        ("openai_client.py", "all openai client checks passed"),
+        ("openai_responses.py", "all openai responses checks passed"),
+    ] {
+        let stdout = run_script(&python, &s, &key, script);
+        assert!(stdout.contains(done), "{stdout}");
+    }
+}
+
+/// Runs one client script from tests/clients against the server; its output.
+fn run_script(python: &std::path::Path, s: &Server, key: &str, script: &str) -> String {
+    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python)
+        .arg(path)
         .env("SPECGATE_URL", &s.base)
-        .env("SPECGATE_KEY", &key)
+        .env("SPECGATE_KEY", key)
         .env("SPECGATE_MODEL", &s.model_id)
         .output()
         .expect("running the client script");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "client checks failed:\n{stdout}\n{stderr}"
+        "{script}: client checks failed:\n{stdout}\n{stderr}"
     );
     eprintln!("{stdout}");
-    assert!(
-        stdout.contains("all openai client checks passed"),
-        "{stdout}"
-    );
+    stdout
 }

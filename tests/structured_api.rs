@@ -61,7 +61,10 @@ fn completions_follow_a_regex_a_choice_and_a_schema() {
     let text = v["choices"][0]["message"]["content"].as_str().unwrap();
     let parsed: Value = serde_json::from_str(text).unwrap();
     let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
-    assert!(keys.iter().all(|k| *k == "city" || *k == "country"), "{text}");
+    assert!(
+        keys.iter().all(|k| *k == "city" || *k == "country"),
+        "{text}"
+    );
     assert_eq!(text.matches("\"city\"").count(), 1, "{text}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{text}");
     // Constrained requests are a route of their own.

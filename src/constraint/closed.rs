@@ -39,9 +39,14 @@ fn close(schema: &mut Value, this_level: bool) {
     let Value::Object(o) = schema else {
         return;
     };
-    let open = ["additionalProperties", "patternProperties", "unevaluatedProperties", "allOf"]
-        .iter()
-        .all(|k| !o.contains_key(*k));
+    let open = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+        "allOf",
+    ]
+    .iter()
+    .all(|k| !o.contains_key(*k));
     if this_level && open && o.get("properties").is_some_and(Value::is_object) {
         o.insert("additionalProperties".into(), Value::Bool(false));
     }

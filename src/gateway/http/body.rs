@@ -26,21 +26,9 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes,
 /// Parse a JSON body into `T`: a 400 with serde's explanation when it is not JSON or a field
 /// has the wrong type, and a 400 naming the field when it is one `T` does not know.
 pub fn parse_body<T: RequestBody>(body: &[u8]) -> Result<T, ApiError> {
-    if body.is_empty() {
-        return Err(ApiError::invalid(
-            None,
-            "the request body is empty; expected JSON",
-        ));
-    }
-    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid(None, format!("the request body is not valid JSON: {e}"))
-            .with_code("invalid_json")
-    })?;
+    let mut value = Value::Object(json_object(body)?);
     let Some(obj) = value.as_object_mut() else {
-        return Err(ApiError::invalid(
-            None,
-            "the request body must be a JSON object",
-        ));
+        return Err(ApiError::internal("a JSON object is an object"));
     };
     let others: Vec<String> = obj
         .keys()
@@ -75,6 +63,27 @@ pub fn parse_body<T: RequestBody>(body: &[u8]) -> Result<T, ApiError> {
             |(k, e)| type_error(Some(&k), &e),
         )),
         Err(e) => Err(type_error(Some(&e.path().to_string()), e.inner())),
+    }
+}
+
+/// A body that must be a JSON object: 400s saying what it is instead.
+pub fn json_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::invalid(
+            None,
+            "the request body is empty; expected JSON",
+        ));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid(None, format!("the request body is not valid JSON: {e}"))
+            .with_code("invalid_json")
+    })?;
+    match value {
+        Value::Object(o) => Ok(o),
+        _ => Err(ApiError::invalid(
+            None,
+            "the request body must be a JSON object",
+        )),
     }
 }
 

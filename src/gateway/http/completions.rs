@@ -22,6 +22,7 @@ use super::responses::{self, Endpoint, ResponseMeta};
 use super::state::{AppState, State};
 use crate::clock::unix_now;
 use crate::engine::logprobs::TokenLogprob;
+use crate::engine::Summary;
 use crate::gateway::actors::request::{Outgoing, RequestActor};
 use crate::gateway::admission::Ticket;
 use crate::gateway::error::ApiError;
@@ -91,18 +92,29 @@ pub async fn completions(
     .await
 }
 
-async fn respond(
+/// A request handed to its actor and admitted: what comes back, and what shapes it.
+pub(super) struct Launched {
+    pub out: mpsc::UnboundedReceiver<Outgoing>,
+    pub meta: ResponseMeta,
+    pub ticket: Ticket,
+    pub logprobs: Option<Renderer>,
+    /// The functions the answer may call (None: no tools offered), its text read for calls.
+    pub calls: Option<Vec<String>>,
+}
+
+/// Tokenize, admit against the tenant's quota, and start the request's actor.
+pub(super) async fn launch(
     state: &AppState,
     tenant: String,
-    request: GenerationRequest,
+    request: &GenerationRequest,
     endpoint: Endpoint,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<Launched, ApiError> {
     let mut job = prepare(
         &state.tokenizer,
         &state.grammars,
         &state.limits,
         tenant,
-        &request,
+        request,
     )?;
     let overrides = limits(state, &job.route.tenant).await?;
     // The scope comes from who is asking (and an admin's grouping), never from the body.
@@ -149,25 +161,46 @@ async fn respond(
         OutputFormat::Tools(t) => Some(t.callable()),
         _ => None,
     };
+    Ok(Launched {
+        out,
+        meta,
+        ticket,
+        logprobs,
+        calls,
+    })
+}
+
+async fn respond(
+    state: &AppState,
+    tenant: String,
+    request: GenerationRequest,
+    endpoint: Endpoint,
+) -> Result<HttpResponse, ApiError> {
+    let l = launch(state, tenant, &request, endpoint).await?;
     if request.stream {
-        let calls = calls.map(CallChunks::new);
-        let events = sse_stream(out, meta, request.include_usage, ticket, logprobs, calls);
+        let calls = l.calls.map(CallChunks::new);
+        let events = sse_stream(
+            l.out,
+            l.meta,
+            request.include_usage,
+            l.ticket,
+            l.logprobs,
+            calls,
+        );
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .streaming(events));
     }
-    collect(out, &meta, ticket, logprobs, calls).await
+    collect(l.out, &l.meta, l.ticket, l.logprobs, l.calls).await
 }
 
-/// Wait for the whole answer.
-async fn collect(
+/// Wait for the whole answer: its text, the log-probabilities sent with it, and its
+/// summary; the tenant's quota is charged what it used (nothing when the server failed it).
+pub(super) async fn gather(
     mut out: mpsc::UnboundedReceiver<Outgoing>,
-    meta: &ResponseMeta,
     mut ticket: Ticket,
-    mut logprobs: Option<Renderer>,
-    calls: Option<Vec<String>>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<(String, Vec<TokenLogprob>, Summary), ApiError> {
     let (mut text, mut entries) = (String::new(), Vec::new());
     while let Some(item) = out.recv().await {
         match item {
@@ -177,22 +210,32 @@ async fn collect(
             }
             Outgoing::Done(summary) => {
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
-                let lp = logprobs.as_mut().map(|r| r.render(&entries));
-                let body = match &calls {
-                    Some(names) => call_responses::full_with_calls(meta, &text, &summary, names),
-                    None => responses::full(meta, &text, &summary),
-                };
-                let body = responses::with_logprobs(body, lp);
-                return Ok(HttpResponse::Ok().json(body));
+                return Ok((text, entries, summary));
             }
             Outgoing::Failed(why) => {
-                // The server failed it: the tenant's quota is not charged.
                 ticket.used(0);
                 return Err(ApiError::internal(why));
             }
         }
     }
     Err(ApiError::internal("the request ended without an answer"))
+}
+
+/// The whole answer as one chat or completion body.
+async fn collect(
+    out: mpsc::UnboundedReceiver<Outgoing>,
+    meta: &ResponseMeta,
+    ticket: Ticket,
+    mut logprobs: Option<Renderer>,
+    calls: Option<Vec<String>>,
+) -> Result<HttpResponse, ApiError> {
+    let (text, entries, summary) = gather(out, ticket).await?;
+    let lp = logprobs.as_mut().map(|r| r.render(&entries));
+    let body = match &calls {
+        Some(names) => call_responses::full_with_calls(meta, &text, &summary, names),
+        None => responses::full(meta, &text, &summary),
+    };
+    Ok(HttpResponse::Ok().json(responses::with_logprobs(body, lp)))
 }
 
 /// The answer as server-sent events, ending with `data: [DONE]`. Dropping the stream (the

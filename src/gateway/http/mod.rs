@@ -14,6 +14,7 @@ pub mod policies_api;
 pub mod prepare;
 pub mod requests;
 pub mod responses;
+pub mod responses_api;
 pub mod routes;
 pub mod state;
 pub mod store_calls;

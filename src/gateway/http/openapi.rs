@@ -25,6 +25,7 @@ use crate::gateway::http::state::State;
     paths(
         crate::gateway::http::completions::chat_completions,
         crate::gateway::http::completions::completions,
+        crate::gateway::http::responses_api::responses,
         crate::gateway::http::ops::models,
         crate::gateway::http::ops::health,
         crate::gateway::http::ops::ready,

@@ -10,6 +10,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     policies_api::routes(cfg);
     cfg.route("/v1/chat/completions", web::post().to(chat_completions))
         .route("/v1/completions", web::post().to(completions))
+        .route(
+            "/v1/responses",
+            web::post().to(super::responses_api::responses),
+        )
         .route("/v1/models", web::get().to(ops::models))
         .route("/health", web::get().to(ops::health))
         .route("/ready", web::get().to(ops::ready))

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use crate::constraint::tools::{valid_name, ToolChoice, ToolSpec};
 use crate::constraint::closed::closed;
+use crate::constraint::tools::{valid_name, ToolChoice, ToolSpec};
 use crate::constraint::GrammarSpec;
 use crate::gateway::error::ApiError;
 
@@ -130,9 +130,11 @@ pub fn structured_outputs(v: Option<&Value>) -> Result<Option<GrammarSpec>, ApiE
         "json" => match val {
             Value::Object(_) => GrammarSpec::JsonSchema(closed(val.clone())),
             // vLLM accepts the schema as a JSON string too.
-            Value::String(s) => GrammarSpec::JsonSchema(closed(serde_json::from_str(s).map_err(
-                |e| invalid("structured_outputs.json", format!("not a JSON schema: {e}")),
-            )?)),
+            Value::String(s) => {
+                GrammarSpec::JsonSchema(closed(serde_json::from_str(s).map_err(|e| {
+                    invalid("structured_outputs.json", format!("not a JSON schema: {e}"))
+                })?))
+            }
             _ => {
                 return Err(invalid(
                     "structured_outputs.json",

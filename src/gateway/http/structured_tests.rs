@@ -27,7 +27,10 @@ fn response_formats_read_as_grammars() {
         Some(GrammarSpec::JsonSchema(closed.clone()))
     );
     let mut unsaid = rf.clone();
-    unsaid["json_schema"].as_object_mut().unwrap().remove("strict");
+    unsaid["json_schema"]
+        .as_object_mut()
+        .unwrap()
+        .remove("strict");
     assert_eq!(
         response_format(Some(&unsaid)).unwrap(),
         Some(GrammarSpec::JsonSchema(closed))
