@@ -150,290 +150,71 @@ fn keys_revocations_policies_and_history_are_one_state_across_replicas() {
     }
 }
 
+/// A two-step tool loop through the Responses API: the call answered on A, its result sent
+/// to B by `previous_response_id` alone. B answers as if sent the whole conversation, and no
+/// other tenant can read or continue it.
 #[test]
-fn a_tenants_limits_hold_across_replicas_and_a_killed_replicas_places_come_back() {
+fn a_response_stored_on_one_replica_is_continued_on_another() {
     let Some(shared) = shared() else { return };
-    let (a, b) = (
-        shared.replica(&["--lease-ttl-secs", "2"]),
-        shared.replica(&["--lease-ttl-secs", "2"]),
+    let (a, b) = (shared.replica(&[]), shared.replica(&[]));
+    let (key, other) = (a.tenant("globex"), a.tenant("initech"));
+    let tools = json!([{"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]);
+    let ask = json!([{"role": "user", "content": "What is the weather in Oslo?"}]);
+    let (status, first) = a.post(
+        "/v1/responses",
+        &key,
+        &json!({"model": a.model_id,
+        "input": ask, "tools": tools, "tool_choice": "required", "max_output_tokens": 48,
+        "temperature": 0}),
     );
-    let key = a.tenant("busy");
-    let per_minute = 600u64;
-    let (status, v) = a.admin(
-        "PUT",
-        "/admin/v1/tenants/busy/limits",
-        Some(json!({"tokens_per_minute": per_minute, "max_concurrent_requests": 2})),
-    );
-    assert_eq!(status, 200, "{v}");
-
-    // Eight clients over both replicas, as fast as they are admitted.
-    let started = Instant::now();
-    let results: Vec<(u16, Value)> = std::thread::scope(|scope| {
-        let hs: Vec<_> = (0..8)
-            .map(|i| {
-                let (s, key) = (if i % 2 == 0 { &a } else { &b }, &key);
-                scope.spawn(move || (0..6).map(|_| chat(s, key, 16)).collect::<Vec<_>>())
-            })
-            .collect();
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    });
-    let secs = started.elapsed().as_secs_f64();
-    let admitted: Vec<&Value> = results
+    assert_eq!(status, 200, "{first}");
+    let call = first["output"]
+        .as_array()
+        .unwrap()
         .iter()
-        .filter(|(s, _)| *s == 200)
-        .map(|(_, v)| v)
-        .collect();
-    let used: u64 = admitted
-        .iter()
-        .map(|v| v["usage"]["total_tokens"].as_u64().unwrap())
-        .sum();
-    let one_request = 16 + admitted[0]["usage"]["prompt_tokens"].as_u64().unwrap();
-    // The bucket: full at the start, refilled at the rate over the run, plus one reservation.
-    let bound = per_minute + (per_minute as f64 * secs / 60.0).ceil() as u64 + one_request;
-    assert!(
-        used <= bound,
-        "{used} tokens used > {bound} ({} admitted in {secs:.1} s)",
-        admitted.len()
-    );
-    let refused: Vec<&Value> = results
-        .iter()
-        .filter(|(s, _)| *s == 429)
-        .map(|(_, v)| v)
-        .collect();
-    assert!(
-        !refused.is_empty(),
-        "8 clients on 2 replicas never hit a limit of 2 in flight / {per_minute} per minute"
+        .find(|o| o["type"] == "function_call")
+        .cloned()
+        .expect("a call");
+    let result = json!({"type": "function_call_output", "call_id": call["call_id"],
+                        "output": "12 degrees and cloudy"});
+    let continued = |s: &Server, key: &str| {
+        s.post(
+            "/v1/responses",
+            key,
+            &json!({"model": s.model_id, "tools": tools,
+            "previous_response_id": first["id"], "input": [result], "max_output_tokens": 24,
+            "temperature": 0}),
+        )
+    };
+    let (status, second) = continued(&b, &key);
+    assert_eq!(status, 200, "{second}");
+    let (_, resent) = b.post(
+        "/v1/responses",
+        &key,
+        &json!({"model": b.model_id,
+        "tools": tools, "input": [ask[0], call, result], "max_output_tokens": 24,
+        "temperature": 0, "store": false}),
     );
     assert_eq!(
-        admitted.len() + refused.len(),
-        results.len(),
-        "only 200s and 429s"
+        second["output"][0]["content"], resent["output"][0]["content"],
+        "{second}"
     );
-
-    // Two long requests in flight on A fill the tenant's two places; A is killed under them.
-    let (status, v) = a.admin(
-        "PUT",
-        "/admin/v1/tenants/busy/limits",
-        Some(json!({"max_concurrent_requests": 2})),
+    assert_eq!(
+        second["usage"]["input_tokens"],
+        resent["usage"]["input_tokens"]
     );
-    assert_eq!(status, 200, "{v}");
-    let base = a.base.clone();
-    let model = a.model_id.clone();
-    for _ in 0..2 {
-        let (base, key, model) = (base.clone(), key.clone(), model.clone());
-        std::thread::spawn(move || {
-            // A count goes on for its whole max_tokens (many seconds here).
-            let body = json!({"model": model, "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,",
-                              "max_tokens": 1500, "temperature": 0});
-            // Until admitted: a place may still be held by a request of the run above.
-            for _ in 0..100 {
-                let r = ureq::post(&format!("{base}/v1/completions"))
-                    .set("Authorization", &format!("Bearer {key}"))
-                    .send_json(body.clone());
-                match r {
-                    Err(ureq::Error::Status(429, _)) => {
-                        std::thread::sleep(Duration::from_millis(50))
-                    }
-                    _ => return,
-                }
-            }
-        });
-    }
-    // Both are admitted within milliseconds; B's probes must not take a place meanwhile.
-    std::thread::sleep(Duration::from_secs(2));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut answered = admitted.len() as u64; // requests the tenant was answered
-    while chat(&b, &key, 1).0 != 429 {
-        answered += 1;
-        assert!(
-            Instant::now() < deadline,
-            "A's two requests never filled the places"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // A's answered requests all ended seconds ago, more than its 200 ms flush interval.
-    a.kill_9();
-    let killed = Instant::now();
-    loop {
-        let (status, v) = chat(&b, &key, 1);
-        if status == 200 {
-            answered += 1;
-            break;
-        }
-        assert_eq!(status, 429, "{v}");
-        assert!(
-            killed.elapsed() < Duration::from_secs(5),
-            "A's places never came back (lease TTL 2 s)"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // The history lost nothing A had flushed, and the two requests killed on A, never
-    // answered, are not in it.
-    let (status, v) = common::server::request(
-        "GET",
-        &b.url("/v1/analytics/routes?tenant=busy&bucket=minute"),
-        common::server::ADMIN,
-        None,
+    assert_eq!(second["previous_response_id"], first["id"]);
+    // Another tenant: not found, whether it reads or continues.
+    let (status, v) = continued(&b, &other);
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (404, Some("previous_response_id")),
+        "{v}"
     );
-    assert_eq!(status, 200, "{v}");
-    let recorded: u64 = v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["requests"].as_u64().unwrap())
-        .sum();
-    assert_eq!(recorded, answered, "{v}");
-}
-
-#[test]
-fn redis_unreachable_falls_back_to_per_replica_limits_and_keeps_serving() {
-    let Some(db) = TestDatabase::create() else {
-        return;
-    };
-    // Nothing listens on port 9 here: Redis is down from the start.
-    let s = Server::start_with(&["--store", &db.url, "--redis", "redis://127.0.0.1:9/"]);
-    let key = s.tenant("solo");
-    let (status, v) = chat(&s, &key, 3);
-    assert_eq!(status, 200, "{v}");
-    assert!(s.metric("specgate_limiter_fallback_total") >= 1.0);
-    // The per-replica limits still hold.
-    let (status, _) = s.admin(
-        "PUT",
-        "/admin/v1/tenants/solo/limits",
-        Some(json!({"tokens_per_minute": 10})),
-    );
-    assert_eq!(status, 200);
-    let (status, v) = chat(&s, &key, 64);
-    assert_eq!(status, 400, "larger than the whole limit: {v}");
-}
-
-#[test]
-fn a_sled_deployment_moves_to_postgresql_with_store_copy() {
-    let Some(db) = TestDatabase::create() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let mut old = Server::start_in(dir.path(), &["--history-flush-ms", "200"]);
-    let key = old.tenant("mover");
-    for _ in 0..2 {
-        assert_eq!(chat(&old, &key, 4).0, 200);
-    }
-    let (status, _) = old.admin(
-        "PUT",
-        "/admin/v1/policies/mover/chat",
-        Some(only("ngram", 3)),
-    );
-    assert_eq!(status, 200);
-    old.sigterm();
-    assert!(
-        old.wait_exit(Duration::from_secs(30)).is_some(),
-        "the sled server did not stop"
-    );
-
-    let from = format!("sled:{}", dir.path().join("store").display());
-    let copy = |to: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_specgate"))
-            .args(["store", "copy", "--from", &from, "--to", to])
-            .output()
-            .expect("running store copy")
-    };
-    let out = copy(&db.url);
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        said.contains("1 tenants, 1 keys") && said.contains("identical"),
-        "{said}"
-    );
-    // A second copy into the now non-empty database is refused.
-    let again = copy(&db.url);
-    assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
-
-    // The same key, policy and history, served from PostgreSQL.
-    let new = Server::start_with(&["--store", &db.url]);
-    let (status, v) = chat(&new, &key, 4);
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(v["usage"]["speculative"]["strategy"], "ngram", "{v}");
-    let (status, p) = new.admin("GET", "/admin/v1/policies/mover/chat", None);
-    assert_eq!(status, 200, "{p}");
-    let (status, rows) = common::server::request(
-        "GET",
-        &new.url("/v1/analytics/routes?tenant=mover&bucket=minute"),
-        common::server::ADMIN,
-        None,
-    );
-    assert_eq!(status, 200, "{rows}");
-    let requests: u64 = rows["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["requests"].as_u64().unwrap())
-        .sum();
-    assert_eq!(requests, 3, "two before the move, one after: {rows}");
-}
-
-/// The router of docs/deploy.md in miniature: a stable hash of the Authorization header picks
-/// the replica (FNV-1a here; nginx's `hash … consistent` and Envoy's ring hash are others).
-fn route(authorization: &str, replicas: usize) -> usize {
-    let h = authorization
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-    (h % replicas as u64) as usize
-}
-
-#[test]
-fn a_conversation_routed_by_key_hits_its_replicas_cache_and_a_replica_without_it_answers_alike() {
-    let Some(shared) = shared() else { return };
-    let replicas = [shared.replica(&[]), shared.replica(&[])];
-    let key = replicas[0].tenant("talker");
-    let home = route(&format!("Bearer {key}"), replicas.len());
-    let system = common::fixture("prompts/rag.jsonl");
-    let ask = |s: &Server| {
-        let body = json!({"model": s.model_id, "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Who wrote it?"}]});
-        let (status, v) = s.post("/v1/chat/completions", &key, &body);
-        assert_eq!(status, 200, "{v}");
-        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap();
-        (v["choices"][0]["message"]["content"].clone(), cached)
-    };
-    let (first, cold) = ask(&replicas[home]);
-    let (again, hit) = ask(&replicas[home]);
-    assert_eq!((cold, again.clone()), (0, first.clone()));
-    assert!(hit >= 300, "the home replica reused {hit} tokens");
-    // A replica that has not seen the prompt computes it all and answers the same.
-    let (away, miss) = ask(&replicas[1 - home]);
-    assert_eq!((away, miss), (first, 0));
-    // History is one state: the cached tokens reach the analytics of either replica.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, v) = common::server::request(
-            "GET",
-            &replicas[1 - home].url("/v1/analytics/routes?tenant=talker"),
-            common::server::ADMIN,
-            None,
-        );
-        assert_eq!(status, 200, "{v}");
-        let cached: u64 = v["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["cached_tokens"].as_u64().unwrap_or(0))
-            .sum();
-        if cached == hit {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "history shows {cached} cached tokens, not {hit}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let path = format!("/v1/responses/{}", first["id"].as_str().unwrap());
+    let read = |s: &Server, key: &str| common::server::request("GET", &s.url(&path), key, None);
+    assert_eq!(read(&b, &other).0, 404);
+    let (status, v) = read(&b, &key);
+    assert_eq!((status, &v["output"]), (200, &first["output"]), "{v}");
 }

@@ -29,10 +29,15 @@ pub const SQL_MIGRATIONS: &[SqlMigration] = &[
         name: "0003_queue",
         sql: include_str!("../postgres/0003_queue.sql"),
     },
+    SqlMigration {
+        version: 4,
+        name: "0004_responses",
+        sql: include_str!("../postgres/0004_responses.sql"),
+    },
 ];
 
 /// The version this build writes.
-pub const PG_SCHEMA_VERSION: i32 = 3;
+pub const PG_SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock migrations hold (any constant no other code takes).
 const MIGRATION_LOCK: i64 = 0x5eca_7e00_0001;

@@ -211,6 +211,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         tenants: stores.tenants,
         policies,
         history: stores.history,
+        responses: stores.responses,
         tokenizer,
         grammars,
         limits: RequestLimits {

@@ -11,8 +11,9 @@ use super::history::{FlushId, Granularity, HistoryKey, HistoryRecord};
 use super::limits::LimitOverrides;
 use super::limits::{Limits, QuotaError};
 use super::policies::{PolicySource, PolicyStoreError, SHIPPED_BY};
+use super::responses::StoredResponse;
 use super::tenants::TenantError;
-use super::{HistoryStore, Limiter, PolicyStore, TenantStore};
+use super::{HistoryStore, Limiter, PolicyStore, ResponseStore, TenantStore};
 
 /// One `#[test]` per contract function, each on the fresh stores that `$stores` makes (an
 /// `Option<TestStores>`: None when the store's server is missing and the test is skipped).
@@ -60,6 +61,12 @@ macro_rules! store_contract_tests {
         fn a_store_copies_into_another_and_reads_back_the_same() {
             let Some(s) = $stores else { return };
             $crate::store::contract::a_store_copies_into_another_and_reads_back_the_same(&s);
+        }
+
+        #[test]
+        fn responses_are_kept_per_tenant_until_they_expire() {
+            let Some(s) = $stores else { return };
+            $crate::store::contract::responses_are_kept_per_tenant_until_they_expire(&*s.responses);
         }
 
         #[test]
@@ -339,4 +346,31 @@ pub fn a_store_copies_into_another_and_reads_back_the_same(s: &super::Stores) {
         super::copy::copy(s, &copy),
         Err(super::copy::CopyError::NotEmpty(_))
     ));
+}
+
+fn stored(tenant: &str, id: &str, created_at: u64, ttl: u64) -> StoredResponse {
+    StoredResponse {
+        id: id.into(),
+        tenant: tenant.into(),
+        created_at,
+        expires_at: created_at + ttl,
+        messages: vec![serde_json::json!({"role": "user", "content": id})],
+        response: serde_json::json!({"id": id, "object": "response"}),
+    }
+}
+
+pub fn responses_are_kept_per_tenant_until_they_expire(s: &dyn ResponseStore) {
+    let r = stored("acme", "resp_1", 1_000, 100);
+    s.put(&r).unwrap();
+    assert_eq!(s.get("acme", "resp_1", 1_050).unwrap(), Some(r.clone()));
+    // Another tenant's id reads as absent, whoever asks.
+    assert_eq!(s.get("globex", "resp_1", 1_050).unwrap(), None);
+    assert_eq!(s.get("acme", "resp_1", 1_100).unwrap(), None, "expired");
+    // A later write sweeps it; a live one stays.
+    s.put(&stored("acme", "resp_2", 1_200, 100)).unwrap();
+    assert_eq!(s.get("acme", "resp_1", 0).unwrap(), None, "swept");
+    assert!(s.get("acme", "resp_2", 1_250).unwrap().is_some());
+    assert!(!s.delete("globex", "resp_2").unwrap());
+    assert!(s.delete("acme", "resp_2").unwrap());
+    assert_eq!(s.get("acme", "resp_2", 1_250).unwrap(), None);
 }

@@ -28,6 +28,7 @@ pub mod limits;
 pub mod policies;
 pub mod postgres;
 pub mod redis;
+pub mod responses;
 pub mod runtime;
 pub mod sled;
 pub mod tenants;
@@ -41,6 +42,7 @@ use std::time::Duration;
 pub use history::HistoryStore;
 pub use limiter::{Limiter, LocalLimiter};
 pub use policies::PolicyStore;
+pub use responses::ResponseStore;
 pub use tenants::TenantStore;
 
 /// What can go wrong in any store, whatever holds it.
@@ -68,6 +70,7 @@ pub struct Stores {
     pub policies: Arc<dyn PolicyStore>,
     pub history: Arc<dyn HistoryStore>,
     pub limiter: Arc<dyn Limiter>,
+    pub responses: Arc<dyn ResponseStore>,
 }
 
 /// Where a deployment's state lives.
@@ -152,8 +155,9 @@ impl Stores {
                 Stores {
                     tenants: Arc::new(tenants),
                     policies: Arc::new(policies),
-                    history: Arc::new(postgres::PgHistory::new(pg)),
+                    history: Arc::new(postgres::PgHistory::new(pg.clone())),
                     limiter: Arc::new(LocalLimiter::default()),
+                    responses: Arc::new(postgres::PgResponses::new(pg)),
                 }
             }
         };

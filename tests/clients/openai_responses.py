@@ -100,6 +100,34 @@ js = client.responses.create(
 person = json.loads(js.output_text)
 check(set(person) == {"name", "age"}, "text.format json_schema answer")
 
+# Continued by previous_response_id: the same answer as resending the conversation.
+first = client.responses.create(model=MODEL, input="My name is Ada. Say hello.",
+                                max_output_tokens=16, temperature=0)
+second = client.responses.create(model=MODEL, previous_response_id=first.id,
+                                 input="What is my name?", max_output_tokens=16, temperature=0)
+resent = client.responses.create(
+    model=MODEL, max_output_tokens=16, temperature=0, store=False,
+    input=[{"role": "user", "content": "My name is Ada. Say hello."},
+           {"role": "assistant", "content": first.output_text},
+           {"role": "user", "content": "What is my name?"}])
+check(second.output_text == resent.output_text
+      and second.usage.input_tokens == resent.usage.input_tokens,
+      "a continuation by id answers as the resent conversation")
+check(second.previous_response_id == first.id, "the continuation names its predecessor")
+got = client.responses.retrieve(first.id)
+check(got.id == first.id and got.output_text == first.output_text, "retrieve a stored response")
+deleted = client.responses.delete(first.id)
+for what, call in [("retrieve", lambda: client.responses.retrieve(first.id)),
+                   ("continue", lambda: client.responses.create(
+                       model=MODEL, previous_response_id=first.id, input="Hi",
+                       max_output_tokens=4)),
+                   ("an unstored response", lambda: client.responses.retrieve(resent.id))]:
+    try:
+        call()
+        check(False, f"{what} after delete must fail")
+    except openai.NotFoundError:
+        check(True, f"{what}: NotFoundError (404) once deleted or never stored")
+
 # Errors name the Responses field.
 bad_request("an image part", "input[0].content[0]",
             input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}])

@@ -14,6 +14,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             "/v1/responses",
             web::post().to(super::responses_api::responses),
         )
+        .route(
+            "/v1/responses/{id}",
+            web::get().to(super::responses_api::stored::get_response),
+        )
+        .route(
+            "/v1/responses/{id}",
+            web::delete().to(super::responses_api::stored::delete_response),
+        )
         .route("/v1/models", web::get().to(ops::models))
         .route("/health", web::get().to(ops::health))
         .route("/ready", web::get().to(ops::ready))

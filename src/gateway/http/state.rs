@@ -11,7 +11,7 @@ use crate::gateway::actors::request::Services;
 use crate::gateway::admission::Quotas;
 use crate::gateway::http::requests::RequestLimits;
 use crate::model::tokenizer::Tokenizer;
-use crate::store::{HistoryStore, PolicyStore, TenantStore};
+use crate::store::{HistoryStore, PolicyStore, ResponseStore, TenantStore};
 
 /// Everything the handlers share.
 pub struct AppState {
@@ -19,6 +19,8 @@ pub struct AppState {
     pub tenants: Arc<dyn TenantStore>,
     pub policies: Arc<dyn PolicyStore>,
     pub history: Arc<dyn HistoryStore>,
+    /// Responses kept for `previous_response_id` (the Responses API's `store`).
+    pub responses: Arc<dyn ResponseStore>,
     pub tokenizer: Arc<Tokenizer>,
     /// Compiles response formats, grammars and tool calls for the served model.
     pub grammars: Arc<LazyGrammars>,

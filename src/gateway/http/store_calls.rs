@@ -10,7 +10,7 @@ use super::state::AppState;
 use crate::gateway::error::ApiError;
 use crate::store::policies::PolicyStoreError;
 use crate::store::tenants::TenantError;
-use crate::store::{PolicyStore, TenantStore};
+use crate::store::{PolicyStore, ResponseStore, StoreError, TenantStore};
 
 /// A tenant error as the API answers it.
 pub fn tenant_error(e: TenantError) -> ApiError {
@@ -46,6 +46,15 @@ pub async fn tenants<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     let store = Arc::clone(&state.tenants);
     blocking(move || call(store.as_ref()).map_err(tenant_error)).await
+}
+
+/// Run `call` on the response store, off the HTTP threads.
+pub async fn responses<T: Send + 'static>(
+    state: &AppState,
+    call: impl FnOnce(&dyn ResponseStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = Arc::clone(&state.responses);
+    blocking(move || call(store.as_ref()).map_err(ApiError::from)).await
 }
 
 /// Run `call` on the policy store, off the HTTP threads.

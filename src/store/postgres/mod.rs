@@ -6,6 +6,7 @@
 
 mod history;
 mod policies;
+mod responses;
 mod tenants;
 
 use std::future::Future;
@@ -17,6 +18,7 @@ use tokio_postgres::NoTls;
 
 pub use history::PgHistory;
 pub use policies::PgPolicies;
+pub use responses::PgResponses;
 pub use tenants::PgTenants;
 
 use super::runtime::{self, CALL_TIMEOUT};
@@ -177,7 +179,7 @@ mod tests {
             return;
         };
         let pg = Pg::connect(&db.url).unwrap();
-        assert_eq!(pg.migrate().unwrap(), vec![1, 2, 3]);
+        assert_eq!(pg.migrate().unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(
             pg.migrate().unwrap(),
             Vec::<i32>::new(),

@@ -4,6 +4,7 @@
 
 mod history;
 mod policies;
+mod responses;
 mod tenants;
 
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 pub use history::SledHistory;
 pub use policies::SledPolicies;
+pub use responses::SledResponses;
 pub use tenants::SledTenants;
 
 use super::{LocalLimiter, StoreError, Stores};
@@ -44,6 +46,7 @@ fn open_db(db: &sled::Db) -> Result<Stores, StoreError> {
         tenants: Arc::new(SledTenants::open(db).map_err(|e| StoreError::Open(e.to_string()))?),
         policies: Arc::new(SledPolicies::open(db).map_err(|e| StoreError::Open(e.to_string()))?),
         history: Arc::new(SledHistory::open(db)?),
+        responses: Arc::new(SledResponses::open(db)?),
         // One process holds a sled file, so its counters are this process's.
         limiter: Arc::new(LocalLimiter::default()),
     })

@@ -140,7 +140,7 @@ fn neutral(k: &str, v: &Value) -> Result<(), ApiError> {
 }
 
 /// `input`: a string (one user message) or a list of items.
-fn input_messages(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
+pub fn input_messages(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
     let items = match input {
         None | Some(Value::Null) => return Err(invalid("input", "`input` is required")),
         Some(Value::String(s)) => return Ok(vec![json!({"role": "user", "content": s})]),

@@ -6,6 +6,7 @@
 pub mod events;
 pub mod input;
 pub mod output;
+pub mod stored;
 
 use std::sync::atomic::Ordering;
 
@@ -22,7 +23,7 @@ use super::body::{json_object, parse_body, read_body};
 use super::completions::{gather, launch, Launched};
 use super::requests::ChatRequest;
 use super::responses::Endpoint;
-use super::state::State;
+use super::state::{AppState, State};
 use crate::clock::unix_now;
 use crate::constraint::tools::{read_calls, CallEvent, CallReader};
 use crate::gateway::actors::request::Outgoing;
@@ -47,7 +48,9 @@ pub async fn responses(
         return Err(ApiError::unavailable("the server is shutting down"));
     }
     let body = json_object(&read_body(payload, state.body_limit).await?)?;
-    let chat = input::chat_body(&body, &[])?;
+    let keep = stored::wanted(&body)?;
+    let earlier = stored::earlier_messages(&state, &tenant, &body).await?;
+    let chat = input::chat_body(&body, &earlier)?;
     let chat = serde_json::to_vec(&chat).map_err(|e| ApiError::internal(e.to_string()))?;
     let workload = req
         .headers()
@@ -56,22 +59,21 @@ pub async fn responses(
     let request = parse_body::<ChatRequest>(&chat)
         .and_then(|c| c.validate(&state.limits, workload))
         .map_err(input::rename_param)?;
-    let launched = launch(&state, tenant, &request, Endpoint::Chat)
+    let launched = launch(&state, tenant.clone(), &request, Endpoint::Chat)
         .await
         .map_err(input::rename_param)?;
     let id = new_id("resp");
     let created_at = unix_now();
     let model = state.limits.model_id.clone();
+    let mut answer = Answer {
+        id,
+        created_at,
+        model,
+        request: body,
+        keep: keep.then_some((tenant, earlier)),
+    };
     if request.stream {
-        let stream = event_stream(
-            launched,
-            Answer {
-                id,
-                created_at,
-                model,
-                request: body,
-            },
-        );
+        let stream = event_stream(launched, answer, state);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
@@ -84,14 +86,10 @@ pub async fn responses(
     } else {
         read_calls(&text, &calls)
     };
-    let head = ResponseHead {
-        id: &id,
-        created_at,
-        model: &model,
-        request: &body,
-    };
     let output = output_items(&content, &calls, summary.finish_reason);
-    Ok(HttpResponse::Ok().json(response_object(&head, output, Some(&summary))))
+    let response = response_object(&answer.head(), output, Some(&summary));
+    answer.keep(&state, &response).await?;
+    Ok(HttpResponse::Ok().json(response))
 }
 
 /// What a response object repeats of its request.
@@ -100,6 +98,8 @@ struct Answer {
     created_at: u64,
     model: String,
     request: Map<String, Value>,
+    /// Keep the response for this tenant, after the conversation it continued.
+    keep: Option<(String, Vec<Value>)>,
 }
 
 impl Answer {
@@ -111,6 +111,16 @@ impl Answer {
             request: &self.request,
         }
     }
+
+    /// Store the finished response when asked to (an unreachable store: 503).
+    async fn keep(&mut self, state: &AppState, response: &Value) -> Result<(), ApiError> {
+        match self.keep.take() {
+            Some((tenant, earlier)) => {
+                stored::keep(state, &tenant, &self.request, earlier, response).await
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// The answer as Responses events. Dropping the stream (the client went away) closes the
@@ -118,6 +128,7 @@ impl Answer {
 fn event_stream(
     l: Launched,
     answer: Answer,
+    state: State,
 ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
     struct S {
         out: mpsc::UnboundedReceiver<Outgoing>,
@@ -126,6 +137,7 @@ fn event_stream(
         reader: Option<CallReader>,
         events: ResponseEvents,
         answer: Answer,
+        state: State,
         started: bool,
         done: bool,
     }
@@ -135,6 +147,7 @@ fn event_stream(
         reader: l.calls.map(CallReader::with_names),
         events: ResponseEvents::default(),
         answer,
+        state,
         started: false,
         done: false,
     };
@@ -173,19 +186,21 @@ fn event_stream(
                 let (tail, items) = s.events.finish(summary.finish_reason);
                 events.extend(tail);
                 let full = response_object(&s.answer.head(), items, Some(&summary));
-                events.push(s.events.end(full, summary.finish_reason));
+                let kept = s.answer.keep(&s.state, &full).await;
+                events.push(match kept {
+                    Ok(()) => s.events.end(full, summary.finish_reason),
+                    Err(e) => s.events.failed(failed(full, &e.message)),
+                });
                 s.done = true;
             }
-            failed => {
+            ended => {
                 s.ticket.used(0);
-                let why = match failed {
+                let why = match ended {
                     Some(Outgoing::Failed(why)) => why,
                     _ => "the request ended without an answer".into(),
                 };
-                let mut r = response_object(&s.answer.head(), Vec::new(), None);
-                r["status"] = "failed".into();
-                r["error"] = serde_json::json!({"code": "server_error", "message": why});
-                events.push(s.events.failed(r));
+                let r = response_object(&s.answer.head(), Vec::new(), None);
+                events.push(s.events.failed(failed(r, &why)));
                 s.done = true;
             }
         }
@@ -195,4 +210,11 @@ fn event_stream(
             .collect();
         Some((Ok(Bytes::from(bytes)), s))
     })
+}
+
+/// `response` marked failed, saying why.
+fn failed(mut response: Value, why: &str) -> Value {
+    response["status"] = "failed".into();
+    response["error"] = serde_json::json!({"code": "server_error", "message": why});
+    response
 }

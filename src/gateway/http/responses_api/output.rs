@@ -128,3 +128,54 @@ pub fn response_object(
         "usage": finished.map_or(Value::Null, usage),
     })
 }
+
+/// Output items as the chat messages a continuation replays: one assistant turn with the
+/// text and the calls.
+pub fn as_messages(items: &[Value]) -> Vec<Value> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for item in items {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    text += part["text"].as_str().unwrap_or_default();
+                }
+            }
+            Some("function_call") => calls.push(json!({
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            })),
+            _ => {}
+        }
+    }
+    if calls.is_empty() {
+        return vec![json!({"role": "assistant", "content": text})];
+    }
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        json!(text)
+    };
+    vec![json!({"role": "assistant", "content": content, "tool_calls": calls})]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_replays_as_one_assistant_turn() {
+        let items = vec![
+            message_item("msg_1", "Checking.", "completed"),
+            call_item("fc_1", "call_1", "get_weather", "{}", "completed"),
+        ];
+        let m = as_messages(&items);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0]["content"], "Checking.");
+        assert_eq!(m[0]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(m[0]["tool_calls"][0]["function"]["name"], "get_weather");
+        let text = as_messages(&[message_item("msg_2", "Hi", "completed")]);
+        assert_eq!(text, vec![json!({"role": "assistant", "content": "Hi"})]);
+    }
+}
