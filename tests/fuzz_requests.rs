@@ -75,6 +75,7 @@ fn limits() -> RequestLimits {
         default_max_tokens: 16,
         max_stop_strings: 4,
         max_stop_len: 256,
+        max_n: 8,
         max_k: 16,
         vocab_size: 49152,
     }

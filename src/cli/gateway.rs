@@ -136,6 +136,9 @@ pub struct ServeArgs {
     max_stop_strings: usize,
     #[arg(long, default_value_t = 256)]
     max_stop_len: usize,
+    /// Most choices one request may ask for (`n`).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=128))]
+    max_n: u32,
     /// On SIGTERM or SIGINT: seconds in-flight requests get to finish before the process
     /// exits anyway.
     #[arg(long, default_value_t = 30)]
@@ -265,6 +268,7 @@ pub fn run_serve(model: PathBuf, args: ServeArgs) -> Result<()> {
         },
         max_stop_strings: args.max_stop_strings,
         max_stop_len: args.max_stop_len,
+        max_n: args.max_n as usize,
         shutdown_timeout_secs: args.shutdown_timeout_secs,
         priors: args.priors,
     };

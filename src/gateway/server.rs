@@ -92,6 +92,8 @@ pub struct ServeConfig {
     pub limits: crate::store::limits::Limits,
     pub max_stop_strings: usize,
     pub max_stop_len: usize,
+    /// Most choices one request may ask for (`n`).
+    pub max_n: usize,
     /// How long in-flight requests may run on after SIGTERM.
     pub shutdown_timeout_secs: u64,
     /// Injected faults (reliability tests only; none by default).
@@ -221,6 +223,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             default_max_tokens: cfg.default_max_tokens,
             max_stop_strings: cfg.max_stop_strings,
             max_stop_len: cfg.max_stop_len,
+            max_n: cfg.max_n,
             max_k: 16,
             vocab_size,
         },

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::auth::{authenticate, limits};
 use super::body::read_body;
 use super::call_responses::{self, CallChunks};
+use super::choices;
 use super::logprobs_json::Renderer;
 use super::prepare::prepare;
 use super::requests::{
@@ -176,6 +177,13 @@ async fn respond(
     request: GenerationRequest,
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
+    if request.n > 1 {
+        let all = choices::launch_choices(state, &tenant, &request, endpoint).await?;
+        if request.stream {
+            return Ok(choices::stream_all(all, request.include_usage));
+        }
+        return choices::collect_all(all).await;
+    }
     let l = launch(state, tenant, &request, endpoint).await?;
     if request.stream {
         let calls = l.calls.map(CallChunks::new);
@@ -186,6 +194,7 @@ async fn respond(
             l.ticket,
             l.logprobs,
             calls,
+            None,
         );
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
@@ -238,15 +247,21 @@ async fn collect(
     Ok(HttpResponse::Ok().json(responses::with_logprobs(body, lp)))
 }
 
+/// One choice's usage, sent by its stream when several choices share one.
+pub(super) type UsageTail = (usize, mpsc::UnboundedSender<serde_json::Value>);
+
 /// The answer as server-sent events, ending with `data: [DONE]`. Dropping the stream (the
-/// client went away) closes `out`, and the request actor cancels the sequence.
-fn sse_stream(
+/// client went away) closes `out`, and the request actor cancels the sequence. With a
+/// `tail` (choice i of several), chunks carry index i and the usage goes to the tail instead
+/// of a chunk, with no `[DONE]`: the caller ends the shared stream.
+pub(super) fn sse_stream(
     out: mpsc::UnboundedReceiver<Outgoing>,
     meta: ResponseMeta,
     include_usage: bool,
     ticket: Ticket,
     logprobs: Option<Renderer>,
     calls: Option<CallChunks>,
+    tail: Option<UsageTail>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
     struct S {
         out: mpsc::UnboundedReceiver<Outgoing>,
@@ -263,6 +278,7 @@ fn sse_stream(
         held: Vec<TokenLogprob>,
         // A request with tools: its text is read for calls.
         calls: Option<CallChunks>,
+        tail: Option<UsageTail>,
     }
     impl S {
         /// `chunk` with the held log-probabilities, if any (asked for and not yet sent).
@@ -280,7 +296,11 @@ fn sse_stream(
         fn events(&mut self, chunks: Vec<serde_json::Value>) -> Vec<u8> {
             let mut b = Vec::new();
             for (i, c) in chunks.into_iter().enumerate() {
-                let c = if i == 0 { self.with_held(c) } else { c };
+                let mut c = if i == 0 { self.with_held(c) } else { c };
+                if let (Some((index, _)), Some(list)) = (&self.tail, c["choices"].as_array_mut()) {
+                    list.iter_mut()
+                        .for_each(|choice| choice["index"] = (*index).into());
+                }
                 b.extend_from_slice(&responses::sse(&c));
             }
             b
@@ -295,6 +315,7 @@ fn sse_stream(
         logprobs,
         held: Vec::new(),
         calls,
+        tail,
     };
     futures_util::stream::unfold(s, move |mut s| async move {
         if s.done {
@@ -324,6 +345,12 @@ fn sse_stream(
                         None => vec![responses::finish_chunk(&s.meta, reason)],
                     };
                     let mut b = s.events(chunks);
+                    if let Some((_, tx)) = &s.tail {
+                        let usage = serde_json::to_value(responses::usage(&summary));
+                        let _ = tx.send(usage.unwrap_or_default());
+                        s.done = true;
+                        break Bytes::from(b);
+                    }
                     if include_usage {
                         b.extend_from_slice(&responses::sse(&responses::usage_chunk(
                             &s.meta, &summary,

@@ -5,6 +5,7 @@ pub mod analytics;
 pub mod auth;
 pub mod body;
 pub mod call_responses;
+pub mod choices;
 pub mod completions;
 pub mod logprobs_json;
 pub mod openapi;

@@ -160,6 +160,7 @@ mod tests {
             default_max_tokens,
             max_stop_strings: 4,
             max_stop_len: 64,
+            max_n: 8,
             max_k: 16,
             vocab_size: 100,
         }

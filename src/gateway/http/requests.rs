@@ -222,8 +222,8 @@ pub struct CommonFields {
     pub stop: Option<StopField>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    /// Only 1.
-    #[schema(minimum = 1, maximum = 1)]
+    /// Choices to sample independently from the prompt (at most the server's `--max-n`).
+    #[schema(minimum = 1)]
     pub n: Option<i64>,
     pub user: Option<String>,
     /// Subtracted from the logit of every token already in the output.
@@ -363,6 +363,8 @@ pub struct RequestLimits {
     pub default_max_tokens: usize,
     pub max_stop_strings: usize,
     pub max_stop_len: usize,
+    /// Most choices one request may ask for (`n`).
+    pub max_n: usize,
     pub max_k: usize,
     /// The target's vocabulary: `logit_bias` names ids below it.
     pub vocab_size: usize,
@@ -376,6 +378,8 @@ pub struct GenerationRequest {
     /// None: the client set no limit; the server's default applies, capped at what the
     /// context leaves after the prompt.
     pub max_tokens: Option<usize>,
+    /// Choices to generate, each its own sequence.
+    pub n: usize,
     pub sampling: SamplingParams,
     pub penalties: Penalties,
     /// None: the client gave no seed, so two such requests sample differently.

@@ -210,9 +210,16 @@ impl CommonFields {
         if model != limits.model_id {
             return Err(ApiError::model_not_found(&model));
         }
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
-        }
+        let n = match self.n {
+            None => 1,
+            Some(n) if n >= 1 && n as u64 <= limits.max_n as u64 => n as usize,
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    Some("n"),
+                    format!("`n` must be from 1 to {}, got {n}", limits.max_n),
+                ))
+            }
+        };
         let penalties = penalties(
             PenaltyFields {
                 presence: self.presence_penalty,
@@ -294,6 +301,7 @@ impl CommonFields {
             messages: None,
             prompt: None,
             max_tokens,
+            n,
             sampling: SamplingParams {
                 temperature: temperature as f32,
                 top_k,
