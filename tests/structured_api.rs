@@ -161,39 +161,39 @@ fn bad_grammars_and_tools_are_400s_naming_the_parameter() {
     let cases = [
         (
             json!({"structured_outputs": {"regex": "(unclosed"}}),
-            "structured_outputs",
+            "structured_outputs.regex",
             "invalid_grammar",
         ),
         // Compile, then exceed the parser's limits on the first token: refused before
         // admission, not failed mid-answer.
         (
             json!({"structured_outputs": {"regex": "a{1000000}"}}),
-            "structured_outputs",
+            "structured_outputs.regex",
             "invalid_grammar",
         ),
         (
             json!({"structured_outputs": {"regex": "((a{100}){100}){100}"}}),
-            "structured_outputs",
+            "structured_outputs.regex",
             "invalid_grammar",
         ),
         (
             json!({"structured_outputs": {"choice": choices}}),
-            "structured_outputs",
+            "structured_outputs.choice",
             "invalid_grammar",
         ),
         (
             json!({"structured_outputs": {"grammar": "start: missing_rule"}}),
-            "structured_outputs",
+            "structured_outputs.grammar",
             "invalid_grammar",
         ),
         (
             json!({"structured_outputs": {"json": {"type": "array", "uniqueItems": true}}}),
-            "structured_outputs",
+            "structured_outputs.json",
             "invalid_grammar",
         ),
         (
             json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": too_large}}}),
-            "response_format",
+            "response_format.json_schema.schema",
             "invalid_grammar",
         ),
         (

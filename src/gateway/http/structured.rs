@@ -311,6 +311,27 @@ pub fn grammar_of(
     }
 }
 
+/// The field that holds a grammar given by `from` (`body`: that field's value), named down
+/// to the grammar itself (`structured_outputs.regex`, `response_format.json_schema.schema`),
+/// for errors found when it is compiled or run.
+pub fn grammar_field(from: &'static str, body: Option<&Value>) -> &'static str {
+    let key = |v: &Value| v.as_object().and_then(|o| o.keys().next().cloned());
+    match (from, body) {
+        ("structured_outputs", Some(v)) => match key(v).as_deref() {
+            Some("json") => "structured_outputs.json",
+            Some("regex") => "structured_outputs.regex",
+            Some("grammar") => "structured_outputs.grammar",
+            Some("choice") => "structured_outputs.choice",
+            Some("json_object") => "structured_outputs.json_object",
+            _ => from,
+        },
+        ("response_format", Some(v)) if v.get("type").is_some_and(|t| t == "json_schema") => {
+            "response_format.json_schema.schema"
+        }
+        _ => from,
+    }
+}
+
 impl OutputFormat {
     /// The grammar of a format without tools, and the parameter that gave it.
     pub fn grammar(&self) -> Option<(GrammarSpec, &'static str)> {

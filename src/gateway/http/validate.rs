@@ -295,7 +295,14 @@ impl CommonFields {
         let grammar = structured::grammar_of(
             structured::response_format(self.response_format.as_ref())?,
             structured::structured_outputs(self.structured_outputs.as_ref())?,
-        )?;
+        )?
+        .map(|(g, from)| {
+            let body = match from {
+                "structured_outputs" => self.structured_outputs.as_ref(),
+                _ => self.response_format.as_ref(),
+            };
+            (g, structured::grammar_field(from, body))
+        });
         let output = structured::output_format(grammar, None)?;
         Ok(GenerationRequest {
             messages: None,
