@@ -136,7 +136,33 @@ pub enum Event {
         steps: Vec<(std::time::Instant, usize)>,
     },
     Done(Summary),
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    /// The request's output grammar hit a limit of the parser while generating: the
+    /// client's grammar, not the server, is at fault.
+    pub by_grammar: bool,
+}
+
+impl Failure {
+    pub fn server(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            by_grammar: false,
+        }
+    }
+
+    /// A sequence's error, the grammar's or the server's.
+    pub fn of(e: &params::GenerateError) -> Self {
+        Self {
+            message: e.to_string(),
+            by_grammar: matches!(e, params::GenerateError::Constraint(_)),
+        }
+    }
 }
 
 /// The end of a request.

@@ -144,6 +144,23 @@ pub struct ErrorBody {
 }
 
 /// A store that cannot be reached is the server's trouble, not the client's: 503, retry.
+/// A request's failure as the API answers it: a grammar that hit the parser's limits while
+/// generating is the client's (400 `invalid_grammar`, the parser's first line only), anything
+/// else the server's.
+impl From<crate::engine::Failure> for ApiError {
+    fn from(f: crate::engine::Failure) -> Self {
+        if f.by_grammar {
+            let why = f.message.lines().next().unwrap_or_default();
+            return ApiError::invalid(
+                None,
+                format!("the output grammar failed while generating: {why}"),
+            )
+            .with_code("invalid_grammar");
+        }
+        ApiError::internal(f.message)
+    }
+}
+
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
@@ -157,6 +174,24 @@ impl From<crate::store::StoreError> for ApiError {
 mod tests {
     use super::*;
     use crate::store::StoreError;
+
+    #[test]
+    fn a_grammar_failing_mid_answer_is_the_clients_400_and_anything_else_a_500() {
+        use crate::engine::Failure;
+        let grammar = ApiError::from(Failure {
+            message: "lexer error: too many expressions\nstate: …".into(),
+            by_grammar: true,
+        });
+        assert_eq!(
+            (grammar.status, grammar.code),
+            (400, Some("invalid_grammar"))
+        );
+        assert!(!grammar.message.contains("state"), "{}", grammar.message);
+        assert_eq!(
+            ApiError::from(Failure::server("the engine stopped")).status,
+            500
+        );
+    }
 
     #[test]
     fn a_store_that_cannot_be_reached_is_a_503_and_a_corrupt_one_a_500() {

@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::{Engine, Undelivered};
 use crate::engine::generate::GenerateError;
 use crate::engine::sequence::FinishReason;
-use crate::engine::{Event, Summary};
+use crate::engine::{Event, Failure, Summary};
 
 impl Engine {
     /// Send a step's outcome to its request. When the sequence has ended: Some(whether its
@@ -19,7 +19,7 @@ impl Engine {
         let text = match outcome {
             Ok(text) => text,
             Err(e) => {
-                let _ = l.sub.events.send(Event::Failed(e.to_string()));
+                let _ = l.sub.events.send(Event::Failed(Failure::of(&e)));
                 return Some(false);
             }
         };
@@ -40,7 +40,7 @@ impl Engine {
         let tail = match l.state.finish(&mut *l.sub.drafter, &self.lm.tokenizer) {
             Ok(tail) => tail,
             Err(e) => {
-                let _ = l.sub.events.send(Event::Failed(e.to_string()));
+                let _ = l.sub.events.send(Event::Failed(Failure::of(&e)));
                 return Some(false);
             }
         };

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::prefix::{Lease, PrefixCache};
 use super::{Command, EngineConfig, EngineStatus, Event, RequestId, StepHook, Submission};
 use crate::engine::sequence::{RoundInput, SequenceState};
+use crate::engine::Failure;
 use crate::model::loaded::LoadedModel;
 use crate::model::{BatchItem, ForwardOptions, LogitRows};
 use crate::scheduler::anticipate::Anticipation;
@@ -350,7 +351,7 @@ impl Engine {
     fn fail_all(&mut self, why: &str) {
         self.fair = FairShare::default();
         for mut l in self.live.drain(..) {
-            let _ = l.sub.events.send(Event::Failed(why.to_string()));
+            let _ = l.sub.events.send(Event::Failed(Failure::server(why)));
             self.lm.model.release(l.state.seq);
             if let Some(cache) = self.prefix.as_mut() {
                 cache.release(&mut l.lease);
@@ -359,7 +360,7 @@ impl Engine {
         // Only what this thread took off the queue: submissions still in the channel keep
         // their count until they are received.
         for w in std::mem::take(&mut self.waiting) {
-            let _ = w.sub.events.send(Event::Failed(why.to_string()));
+            let _ = w.sub.events.send(Event::Failed(Failure::server(why)));
             self.dequeued(&w.sub.share.tenant);
         }
         self.reserved = 0;

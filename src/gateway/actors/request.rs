@@ -39,7 +39,7 @@ pub enum Outgoing {
     /// Text and the log-probabilities of the tokens behind it (when asked for).
     Text(String, Vec<TokenLogprob>),
     Done(Summary),
-    Failed(String),
+    Failed(crate::engine::Failure),
 }
 
 /// A tokenized, validated request ready to run.
@@ -387,7 +387,8 @@ impl StreamHandler<Event> for RequestActor {
     fn finished(&mut self, ctx: &mut Context<Self>) {
         if !self.finished {
             self.finished = true;
-            let _ = self.out.send(Outgoing::Failed("the engine stopped".into()));
+            let failure = crate::engine::Failure::server("the engine stopped");
+            let _ = self.out.send(Outgoing::Failed(failure));
         }
         ctx.stop();
     }

@@ -221,9 +221,10 @@ pub(super) async fn gather(
                 ticket.used((summary.prompt_tokens + summary.completion_tokens) as u64);
                 return Ok((text, entries, summary));
             }
-            Outgoing::Failed(why) => {
+            Outgoing::Failed(failure) => {
+                // The tenant's quota pays nothing for an answer it did not get.
                 ticket.used(0);
-                return Err(ApiError::internal(why));
+                return Err(failure.into());
             }
         }
     }
@@ -360,14 +361,14 @@ pub(super) fn sse_stream(
                     s.done = true;
                     break Bytes::from(b);
                 }
-                Some(Outgoing::Failed(why)) => {
+                Some(Outgoing::Failed(failure)) => {
                     s.ticket.used(0);
                     s.done = true;
-                    break error_event(&why);
+                    break error_event(failure.into());
                 }
                 None => {
                     s.done = true;
-                    break error_event("the request ended without an answer");
+                    break error_event(ApiError::internal("the request ended without an answer"));
                 }
             }
         };
@@ -376,8 +377,8 @@ pub(super) fn sse_stream(
 }
 
 /// A failure after the stream began: OpenAI's error object as an event, then the end.
-fn error_event(why: &str) -> Bytes {
-    let mut b = responses::sse(&ApiError::internal(why).body()).to_vec();
+fn error_event(e: ApiError) -> Bytes {
+    let mut b = responses::sse(&e.body()).to_vec();
     b.extend_from_slice(responses::SSE_DONE);
     Bytes::from(b)
 }

@@ -189,18 +189,18 @@ fn event_stream(
                 let kept = s.answer.keep(&s.state, &full).await;
                 events.push(match kept {
                     Ok(()) => s.events.end(full, summary.finish_reason),
-                    Err(e) => s.events.failed(failed(full, &e.message)),
+                    Err(e) => s.events.failed(failed(full, &e)),
                 });
                 s.done = true;
             }
             ended => {
                 s.ticket.used(0);
-                let why = match ended {
-                    Some(Outgoing::Failed(why)) => why,
-                    _ => "the request ended without an answer".into(),
+                let e = match ended {
+                    Some(Outgoing::Failed(f)) => f.into(),
+                    _ => ApiError::internal("the request ended without an answer"),
                 };
                 let r = response_object(&s.answer.head(), Vec::new(), None);
-                events.push(s.events.failed(failed(r, &why)));
+                events.push(s.events.failed(failed(r, &e)));
                 s.done = true;
             }
         }
@@ -212,9 +212,10 @@ fn event_stream(
     })
 }
 
-/// `response` marked failed, saying why.
-fn failed(mut response: Value, why: &str) -> Value {
+/// `response` marked failed, saying why (`invalid_grammar` when the client's grammar failed).
+fn failed(mut response: Value, e: &ApiError) -> Value {
     response["status"] = "failed".into();
-    response["error"] = serde_json::json!({"code": "server_error", "message": why});
+    let code = e.code.unwrap_or("server_error");
+    response["error"] = serde_json::json!({"code": code, "message": e.message});
     response
 }
