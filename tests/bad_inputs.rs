@@ -32,7 +32,7 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
         ("max_tokens negative", json!({"model": m, "messages": msgs, "max_tokens": -5}).to_string(), 400, "invalid_request_error"),
         ("max_tokens over the limit", json!({"model": m, "messages": msgs, "max_tokens": 513}).to_string(), 400, "invalid_request_error"),
         ("huge number", format!("{{\"model\": \"{m}\", \"messages\": {msgs}, \"max_tokens\": 1e400}}"), 400, "invalid_request_error"),
-        ("n = 2", json!({"model": m, "messages": msgs, "n": 2}).to_string(), 400, "invalid_request_error"),
+        ("n = 9", json!({"model": m, "messages": msgs, "n": 9}).to_string(), 400, "invalid_request_error"),
         ("temperature 3", json!({"model": m, "messages": msgs, "temperature": 3}).to_string(), 400, "invalid_request_error"),
         ("top_p 0", json!({"model": m, "messages": msgs, "top_p": 0}).to_string(), 400, "invalid_request_error"),
         ("five stops", json!({"model": m, "messages": msgs, "stop": ["a","b","c","d","e"]}).to_string(), 400, "invalid_request_error"),
@@ -154,4 +154,203 @@ fn bad_inputs_get_openai_errors_and_the_server_keeps_serving() {
         "three unseeded samples were equal: {unseeded:?}"
     );
     assert_eq!(sampled(json!({"seed": 7})), sampled(json!({"seed": 7})));
+}
+
+/// Hostile requests over the Responses API, penalties, `n`, grammars and tools cut by
+/// `max_tokens`: never a 5xx, and every error names its field.
+#[test]
+fn hostile_requests_over_the_new_surface_are_4xx_naming_their_field() {
+    let s = Server::start(&[]);
+    let key = s.tenant("acme");
+    let m = s.model_id.clone();
+    let msgs = json!([{"role": "user", "content": "Hi"}]);
+    let chat = |extra: Value| {
+        let mut b = json!({"model": m, "messages": msgs, "max_tokens": 4});
+        extra
+            .as_object()
+            .unwrap()
+            .iter()
+            .for_each(|(k, v)| b[k] = v.clone());
+        ("/v1/chat/completions", b)
+    };
+    let resp = |extra: Value| {
+        let mut b = json!({"model": m, "input": "Hi", "max_output_tokens": 4});
+        extra
+            .as_object()
+            .unwrap()
+            .iter()
+            .for_each(|(k, v)| b[k] = v.clone());
+        ("/v1/responses", b)
+    };
+    let one = |item: Value| resp(json!({"input": [item]}));
+    let fc = json!({"type": "function", "name": "f", "parameters": {"type": "object"}});
+    let cases: Vec<((&str, Value), u16, &str)> = vec![
+        (resp(json!({"input": null})), 400, "input"),
+        (resp(json!({"input": 5})), 400, "input"),
+        (resp(json!({"input": []})), 400, "input"),
+        (
+            one(json!({"type": "item_reference", "id": "x"})),
+            400,
+            "input[0].type",
+        ),
+        (
+            one(json!({"role": "robot", "content": "hi"})),
+            400,
+            "input[0].role",
+        ),
+        (
+            one(json!({"role": "user", "content": [{"type": "input_file", "file_id": "f"}]})),
+            400,
+            "input[0].content[0]",
+        ),
+        (
+            one(json!({"type": "function_call", "name": "f", "arguments": "{}"})),
+            400,
+            "input[0].call_id",
+        ),
+        (
+            one(json!({"type": "function_call_output", "call_id": "c", "output": 5})),
+            400,
+            "input[0].output",
+        ),
+        (resp(json!({"instructions": 5})), 400, "instructions"),
+        (
+            resp(json!({"tools": [{"type": "file_search"}]})),
+            400,
+            "tools[0].type",
+        ),
+        (
+            resp(json!({"tools": [{"type": "function", "name": "bad name"}]})),
+            400,
+            "tools[0].name",
+        ),
+        (
+            resp(json!({"tools": [fc], "tool_choice": {"type": "function"}})),
+            400,
+            "tool_choice",
+        ),
+        (
+            resp(json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": 5}}})),
+            400,
+            "text.format.schema",
+        ),
+        (
+            resp(
+                json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "array", "uniqueItems": true}}}}),
+            ),
+            400,
+            "text.format.schema",
+        ),
+        (
+            resp(json!({"previous_response_id": "resp_nobody"})),
+            404,
+            "previous_response_id",
+        ),
+        (
+            resp(json!({"reasoning": {"effort": "high"}})),
+            400,
+            "reasoning",
+        ),
+        (resp(json!({"store": "yes"})), 400, "store"),
+        (
+            resp(json!({"max_output_tokens": 1_000_000_000})),
+            400,
+            "max_output_tokens",
+        ),
+        (resp(json!({"background": true})), 400, "background"),
+        (resp(json!({"messages": msgs})), 400, "messages"),
+        (
+            chat(json!({"presence_penalty": 3})),
+            400,
+            "presence_penalty",
+        ),
+        (
+            chat(json!({"frequency_penalty": -2.5})),
+            400,
+            "frequency_penalty",
+        ),
+        (
+            chat(json!({"repetition_penalty": 0})),
+            400,
+            "repetition_penalty",
+        ),
+        (
+            chat(json!({"logit_bias": {"abc": 1}})),
+            400,
+            "logit_bias.abc",
+        ),
+        (chat(json!({"logit_bias": {"1": 500}})), 400, "logit_bias.1"),
+        (
+            chat(json!({"logit_bias": {"99999999": 1}})),
+            400,
+            "logit_bias.99999999",
+        ),
+        (chat(json!({"logit_bias": "x"})), 400, "logit_bias"),
+        (chat(json!({"n": 0})), 400, "n"),
+        (chat(json!({"n": 1000})), 400, "n"),
+        (chat(json!({"n": "two"})), 400, "n"),
+        (
+            chat(json!({"structured_outputs": {"regex": "a{1000000}"}})),
+            400,
+            "structured_outputs.regex",
+        ),
+        (
+            chat(json!({"structured_outputs": {"choice": []}})),
+            400,
+            "structured_outputs.choice",
+        ),
+    ];
+    for ((path, body), status, param) in &cases {
+        let (got, v) = s.post(path, &key, body);
+        assert_eq!(
+            (got, v["error"]["param"].as_str()),
+            (*status, Some(*param)),
+            "{body}: {v}"
+        );
+        assert!(
+            !v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{v}"
+        );
+    }
+    // A required call cut by max_tokens, on both endpoints: its arguments are the JSON text
+    // so far, never markup.
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let ask = "What is the weather in Oslo?";
+    for cut in [6, 9, 12] {
+        let (status, v) = s.post(
+            "/v1/chat/completions",
+            &key,
+            &s.chat_body(ask, cut, json!({"tools": tools, "tool_choice": "required"})),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+        let args = v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str();
+        assert!(args.is_some_and(|a| !a.contains('<')), "{v}");
+        let (status, r) = s.post(
+            "/v1/responses",
+            &key,
+            &json!({"model": m, "input": ask,
+            "max_output_tokens": cut, "tool_choice": "required", "temperature": 0,
+            "tools": [{"type": "function", "name": "get_weather",
+                       "parameters": tools[0]["function"]["parameters"]}]}),
+        );
+        assert_eq!(
+            (status, r["status"].as_str()),
+            (200, Some("incomplete")),
+            "{r}"
+        );
+        let call = &r["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["type"] == "function_call");
+        assert!(
+            call.is_some_and(|c| !c["arguments"].as_str().unwrap().contains('<')),
+            "{r}"
+        );
+    }
 }
