@@ -148,6 +148,12 @@ pub struct Failure {
     pub by_grammar: bool,
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl Failure {
     pub fn server(message: impl Into<String>) -> Self {
         Self {
