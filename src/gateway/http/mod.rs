@@ -13,6 +13,7 @@ pub mod ops;
 pub mod penalties;
 pub mod policies_api;
 pub mod prepare;
+mod replay;
 pub mod requests;
 pub mod responses;
 pub mod responses_api;
