@@ -191,14 +191,13 @@ impl SequenceState {
             Some(c) => Some(c.first_row(shaped, vocab)?),
             None => None,
         };
-        let first = self
-            .params
-            .sampling
-            .sample(masked.as_deref().unwrap_or(shaped), &mut self.rng);
+        // The row the token is chosen from, as `settle` judges its rounds' rows.
+        let judge = masked.as_deref().unwrap_or(shaped);
+        let first = self.params.sampling.sample(judge, &mut self.rng);
         self.hidden = (!last_hidden.is_empty()).then(|| last_hidden.to_vec());
         self.fresh = last_hidden.to_vec();
         if let Some(g) = self.gaps.as_mut() {
-            g.push(top2_gap(last_row));
+            g.push(top2_gap(judge));
         }
         if self.finish.is_some() {
             return Ok(String::new());

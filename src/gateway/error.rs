@@ -143,7 +143,6 @@ pub struct ErrorBody {
     pub error: ApiError,
 }
 
-/// A store that cannot be reached is the server's trouble, not the client's: 503, retry.
 /// A request's failure as the API answers it: a grammar that hit the parser's limits while
 /// generating is the client's (400 `invalid_grammar`, the parser's first line only), anything
 /// else the server's.
@@ -161,6 +160,7 @@ impl From<crate::engine::Failure> for ApiError {
     }
 }
 
+/// A store that cannot be reached is the server's trouble, not the client's: 503, retry.
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         match e {

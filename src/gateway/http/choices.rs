@@ -14,9 +14,12 @@ use tokio::sync::mpsc;
 
 use super::call_responses::{self, CallChunks};
 use super::completions::{gather, launch, sse_stream, Launched};
+use super::logprobs_json::Renderer;
 use super::requests::GenerationRequest;
-use super::responses::{self, Endpoint, SSE_DONE};
+use super::responses::{self, Endpoint, ResponseMeta, SSE_DONE};
 use super::state::AppState;
+use crate::engine::logprobs::TokenLogprob;
+use crate::engine::Summary;
 use crate::gateway::error::ApiError;
 
 /// Launch the request's `n` choices.
@@ -45,24 +48,34 @@ pub(super) async fn launch_choices(
     for i in 1..request.n {
         let mut r = request.clone();
         r.seed = request.seed.map(|s| s.wrapping_add(i as u64));
-        all.push(launch(state, tenant.to_string(), &r, endpoint).await?);
+        match launch(state, tenant.to_string(), &r, endpoint).await {
+            Ok(l) => all.push(l),
+            Err(e) => {
+                // Refused part way (a quota): the choices already running are cancelled,
+                // and the tenant pays nothing for an answer it does not get.
+                for mut l in all {
+                    l.ticket.used(0);
+                }
+                return Err(e);
+            }
+        }
     }
     Ok(all)
 }
 
-/// Every choice's whole answer, as one body.
+/// Every choice's whole answer, as one body. Every choice runs to its end (each charged what
+/// it used), even when another fails and the request answers that failure.
 pub(super) async fn collect_all(choices: Vec<Launched>) -> Result<HttpResponse, ApiError> {
-    let answers = futures_util::future::try_join_all(choices.into_iter().map(|c| async move {
-        let (text, entries, summary) = gather(c.out, c.ticket).await?;
-        let mut logprobs = c.logprobs;
-        let lp = logprobs.as_mut().map(|r| r.render(&entries));
-        let body = match &c.calls {
-            Some(names) => call_responses::full_with_calls(&c.meta, &text, &summary, names),
-            None => responses::full(&c.meta, &text, &summary),
-        };
-        Ok::<_, ApiError>(responses::with_logprobs(body, lp))
+    let meta = choices[0].meta.clone();
+    let answers = futures_util::future::join_all(choices.into_iter().map(|c| {
+        let meta = meta.clone();
+        async move {
+            let (text, entries, summary) = gather(c.out, c.ticket).await?;
+            Ok::<_, ApiError>(body(&meta, &text, &entries, &summary, c.logprobs, &c.calls))
+        }
     }))
-    .await?;
+    .await;
+    let answers: Vec<Value> = answers.into_iter().collect::<Result<_, _>>()?;
     let mut bodies = answers.into_iter();
     let Some(mut body) = bodies.next() else {
         return Err(ApiError::internal("a request without choices"));
@@ -91,9 +104,10 @@ pub(super) fn stream_all(choices: Vec<Launched>, include_usage: bool) -> HttpRes
         .map(|(i, c)| {
             let calls = c.calls.map(CallChunks::new);
             let tail = Some((i, usage_tx.clone()));
+            // One id for the whole stream, as OpenAI's.
             sse_stream(
                 c.out,
-                c.meta,
+                meta.clone(),
                 include_usage,
                 c.ticket,
                 c.logprobs,
@@ -107,10 +121,13 @@ pub(super) fn stream_all(choices: Vec<Launched>, include_usage: bool) -> HttpRes
     drop(usage_tx);
     let merged = futures_util::stream::select_all(streams);
     let end = futures_util::stream::once(async move {
+        // In choice order, whichever finished first.
         let mut usages = Vec::new();
         while let Some(u) = usage_rx.recv().await {
             usages.push(u);
         }
+        usages.sort_by_key(|(i, _)| *i);
+        let usages: Vec<Value> = usages.into_iter().map(|(_, u)| u).collect();
         let mut b = Vec::new();
         if include_usage && !usages.is_empty() {
             let mut chunk = meta.chat_chunk(Vec::new(), None);
@@ -127,6 +144,23 @@ pub(super) fn stream_all(choices: Vec<Launched>, include_usage: bool) -> HttpRes
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .streaming(merged.chain(end))
+}
+
+/// One choice's whole answer as its endpoint's body.
+pub(super) fn body(
+    meta: &ResponseMeta,
+    text: &str,
+    entries: &[TokenLogprob],
+    summary: &Summary,
+    mut logprobs: Option<Renderer>,
+    calls: &Option<Vec<String>>,
+) -> Value {
+    let lp = logprobs.as_mut().map(|r| r.render(entries));
+    let body = match calls {
+        Some(names) => call_responses::full_with_calls(meta, text, summary, names),
+        None => responses::full(meta, text, summary),
+    };
+    responses::with_logprobs(body, lp)
 }
 
 /// One usage for every choice: the prompt counted once (as the first choice read it),
@@ -153,6 +187,12 @@ pub fn merged_usage(usages: &[Value]) -> Value {
         "drafter_failures",
     ] {
         u["speculative"][field] = sum(&format!("/speculative/{field}")).into();
+    }
+    if u["completion_tokens_details"].is_object() {
+        for field in ["accepted_prediction_tokens", "rejected_prediction_tokens"] {
+            u["completion_tokens_details"][field] =
+                sum(&format!("/completion_tokens_details/{field}")).into();
+        }
     }
     let (drafted, accepted) = (sum("/speculative/drafted"), sum("/speculative/accepted"));
     u["speculative"]["acceptance_rate"] = if drafted == 0 {

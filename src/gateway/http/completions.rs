@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::auth::{authenticate, limits};
 use super::body::read_body;
-use super::call_responses::{self, CallChunks};
+use super::call_responses::CallChunks;
 use super::choices;
 use super::logprobs_json::Renderer;
 use super::prepare::prepare;
@@ -236,20 +236,16 @@ async fn collect(
     out: mpsc::UnboundedReceiver<Outgoing>,
     meta: &ResponseMeta,
     ticket: Ticket,
-    mut logprobs: Option<Renderer>,
+    logprobs: Option<Renderer>,
     calls: Option<Vec<String>>,
 ) -> Result<HttpResponse, ApiError> {
     let (text, entries, summary) = gather(out, ticket).await?;
-    let lp = logprobs.as_mut().map(|r| r.render(&entries));
-    let body = match &calls {
-        Some(names) => call_responses::full_with_calls(meta, &text, &summary, names),
-        None => responses::full(meta, &text, &summary),
-    };
-    Ok(HttpResponse::Ok().json(responses::with_logprobs(body, lp)))
+    let body = choices::body(meta, &text, &entries, &summary, logprobs, &calls);
+    Ok(HttpResponse::Ok().json(body))
 }
 
 /// One choice's usage, sent by its stream when several choices share one.
-pub(super) type UsageTail = (usize, mpsc::UnboundedSender<serde_json::Value>);
+pub(super) type UsageTail = (usize, mpsc::UnboundedSender<(usize, serde_json::Value)>);
 
 /// The answer as server-sent events, ending with `data: [DONE]`. Dropping the stream (the
 /// client went away) closes `out`, and the request actor cancels the sequence. With a
@@ -346,9 +342,9 @@ pub(super) fn sse_stream(
                         None => vec![responses::finish_chunk(&s.meta, reason)],
                     };
                     let mut b = s.events(chunks);
-                    if let Some((_, tx)) = &s.tail {
+                    if let Some((index, tx)) = &s.tail {
                         let usage = serde_json::to_value(responses::usage(&summary));
-                        let _ = tx.send(usage.unwrap_or_default());
+                        let _ = tx.send((*index, usage.unwrap_or_default()));
                         s.done = true;
                         break Bytes::from(b);
                     }
@@ -364,11 +360,12 @@ pub(super) fn sse_stream(
                 Some(Outgoing::Failed(failure)) => {
                     s.ticket.used(0);
                     s.done = true;
-                    break error_event(failure.into());
+                    break error_event(failure.into(), s.tail.is_none());
                 }
                 None => {
                     s.done = true;
-                    break error_event(ApiError::internal("the request ended without an answer"));
+                    let e = ApiError::internal("the request ended without an answer");
+                    break error_event(e, s.tail.is_none());
                 }
             }
         };
@@ -376,9 +373,12 @@ pub(super) fn sse_stream(
     })
 }
 
-/// A failure after the stream began: OpenAI's error object as an event, then the end.
-fn error_event(e: ApiError) -> Bytes {
+/// A failure after the stream began: OpenAI's error object as an event, then the end
+/// (`[DONE]` unless the stream is one choice of several, whose end is the caller's).
+fn error_event(e: ApiError, end: bool) -> Bytes {
     let mut b = responses::sse(&e.body()).to_vec();
-    b.extend_from_slice(responses::SSE_DONE);
+    if end {
+        b.extend_from_slice(responses::SSE_DONE);
+    }
     Bytes::from(b)
 }

@@ -51,10 +51,18 @@ pub fn penalties(f: PenaltyFields, vocab: usize) -> Result<Penalties, ApiError> 
             ),
         ));
     }
-    let logit_bias = bias
-        .into_iter()
-        .map(|(key, b)| bias_entry(&key, b, vocab))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut logit_bias: Vec<(TokenId, f32)> = Vec::with_capacity(bias.len());
+    for (key, b) in bias {
+        let entry = bias_entry(&key, b, vocab)?;
+        // "7", "07" and "+7" are one token: biased once, or the request is ambiguous.
+        if logit_bias.iter().any(|&(t, _)| t == entry.0) {
+            return Err(ApiError::invalid(
+                Some(&format!("logit_bias.{key}")),
+                format!("`logit_bias` names token {} twice", entry.0),
+            ));
+        }
+        logit_bias.push(entry);
+    }
     Ok(Penalties {
         presence,
         frequency,
@@ -117,6 +125,11 @@ mod tests {
         assert_eq!(param(bias("100", 1.0)).as_deref(), Some("logit_bias.100"));
         assert_eq!(param(bias("dog", 1.0)).as_deref(), Some("logit_bias.dog"));
         assert_eq!(param(bias("7", -101.0)).as_deref(), Some("logit_bias.7"));
+        let twice = PenaltyFields {
+            logit_bias: Some([("7".to_string(), 1.0), ("07".to_string(), 1.0)].into()),
+            ..none()
+        };
+        assert_eq!(param(twice).as_deref(), Some("logit_bias.7"));
         let ok = penalties(bias("7", -100.0), 100).unwrap();
         assert_eq!(ok.logit_bias, vec![(7, -100.0)]);
     }

@@ -49,8 +49,10 @@ impl ResponseStore for SledResponses {
     fn put(&self, r: &StoredResponse) -> Result<(), StoreError> {
         let k = key(&r.tenant, &r.id);
         let bytes = serde_json::to_vec(r).map_err(corrupt)?;
-        if let Some(old) = self.records.insert(&k, bytes)? {
-            let old: StoredResponse = serde_json::from_slice(&old).map_err(corrupt)?;
+        // A replaced record's expiry entry goes (one this build cannot read is left to the
+        // sweep, which removes the key whatever it finds).
+        let old = self.records.insert(&k, bytes)?;
+        if let Some(old) = old.and_then(|o| serde_json::from_slice::<StoredResponse>(&o).ok()) {
             self.expiry.remove(expiry_key(old.expires_at, &k))?;
         }
         self.expiry.insert(expiry_key(r.expires_at, &k), &[])?;

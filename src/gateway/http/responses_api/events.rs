@@ -60,7 +60,7 @@ impl ResponseEvents {
                     text.push_str(&delta);
                     let id = id.clone();
                     let body = json!({"item_id": id, "output_index": self.items.len(),
-                                      "content_index": 0, "delta": delta});
+                                      "content_index": 0, "delta": delta, "logprobs": []});
                     out.push(self.event("response.output_text.delta", body));
                 }
             }
@@ -118,7 +118,7 @@ impl ResponseEvents {
             Some(Open::Message { id, text }) => {
                 let part = json!({"type": "output_text", "text": text, "annotations": []});
                 let done = json!({"item_id": id, "output_index": index, "content_index": 0,
-                                  "text": text});
+                                  "text": text, "logprobs": []});
                 out.push(self.event("response.output_text.done", done));
                 let body = json!({"item_id": id, "output_index": index, "content_index": 0,
                                   "part": part});

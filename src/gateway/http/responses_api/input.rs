@@ -170,11 +170,13 @@ pub fn input_messages(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
                         "arguments": text_field(&param, item, "arguments")?,
                     },
                 });
-                // Calls in a row are one assistant turn, as the chat format holds them.
+                // Calls after the assistant's text, or after each other, are one assistant
+                // turn, as a response's output replays (and as chat holds them).
                 match messages.last_mut() {
-                    Some(last) if last.get("tool_calls").is_some_and(Value::is_array) => {
-                        if let Some(calls) = last["tool_calls"].as_array_mut() {
-                            calls.push(call);
+                    Some(last) if last["role"] == "assistant" => {
+                        match last["tool_calls"].as_array_mut() {
+                            Some(calls) => calls.push(call),
+                            None => last["tool_calls"] = json!([call]),
                         }
                     }
                     _ => messages
@@ -364,4 +366,27 @@ pub fn rename_param(mut e: ApiError) -> ApiError {
         e.param = Some(renamed);
     }
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replayed_output_is_one_assistant_turn_as_a_stored_one() {
+        let items = json!([
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "Checking."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "w", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "12 C"},
+        ]);
+        let m = input_messages(Some(&items)).unwrap();
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert_eq!(m[1]["content"], "Checking.");
+        assert_eq!(m[1]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(m[2]["role"], "tool");
+        let e = input_messages(Some(&json!([{"type": "reasoning"}]))).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input[0].type"));
+    }
 }

@@ -157,9 +157,16 @@ fn event_stream(
         }
         let mut events = Vec::new();
         if !s.started {
+            // Sent at once, before the prompt's pass: the client knows its response's id.
             s.started = true;
             let created = response_object(&s.answer.head(), Vec::new(), None);
-            events.extend(s.events.start(&created));
+            let bytes: Vec<u8> = s
+                .events
+                .start(&created)
+                .iter()
+                .flat_map(|e| events::sse(e).to_vec())
+                .collect();
+            return Some((Ok(Bytes::from(bytes)), s));
         }
         match s.out.recv().await {
             Some(Outgoing::Text(t, _)) => {
