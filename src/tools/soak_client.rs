@@ -190,7 +190,7 @@ pub fn bad_request(c: &Client, which: u32) -> Outcome {
         ),
         _ => (
             Some(&c.key),
-            format!(r#"{{"model": "{m}", "messages": {msgs}, "n": 2}}"#),
+            format!(r#"{{"model": "{m}", "messages": {msgs}, "n": 1000}}"#),
         ),
     };
     let start = Instant::now();
