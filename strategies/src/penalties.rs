@@ -118,23 +118,28 @@ impl Penalties {
     /// Penalise one row ([vocab]) after the tallied tokens and then `after` (generated, not
     /// yet tallied: the draft prefix the row verifies).
     pub fn apply(&self, row: &mut [f32], tally: &TokenTally, after: &[TokenId]) {
+        let mut counts = tally.output.clone();
+        for &t in after {
+            *counts.entry(t).or_default() += 1;
+        }
+        self.apply_counts(row, &counts, &tally.prompt);
+    }
+
+    /// Penalise one row given every output token's count and the prompt's tokens.
+    fn apply_counts(
+        &self,
+        row: &mut [f32],
+        counts: &HashMap<TokenId, u32>,
+        prompt: &HashSet<TokenId>,
+    ) {
         for &(t, b) in &self.logit_bias {
             if let Some(l) = row.get_mut(t as usize) {
                 *l += b;
             }
         }
-        let mut counts: HashMap<TokenId, u32> = HashMap::with_capacity(after.len());
-        for &t in after {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (&t, &n) in &tally.output {
-            *counts.entry(t).or_default() += n;
-        }
         if self.repetition != 1.0 {
-            for &t in counts
-                .keys()
-                .chain(tally.prompt.iter().filter(|t| !counts.contains_key(t)))
-            {
+            let seen = prompt.iter().filter(|t| !counts.contains_key(t));
+            for &t in counts.keys().chain(seen) {
                 if let Some(l) = row.get_mut(t as usize) {
                     *l = if *l > 0.0 {
                         *l / self.repetition
@@ -145,7 +150,7 @@ impl Penalties {
             }
         }
         if self.frequency != 0.0 || self.presence != 0.0 {
-            for (&t, &n) in &counts {
+            for (&t, &n) in counts {
                 if let Some(l) = row.get_mut(t as usize) {
                     *l -= self.frequency * n as f32 + self.presence;
                 }
@@ -161,9 +166,14 @@ impl Penalties {
         tally: &TokenTally,
         draft: &[TokenId],
     ) -> Vec<f32> {
+        // The counts grow by one drafted token a row: copied once, not rebuilt per row.
+        let mut counts = tally.output.clone();
         let mut out = rows.to_vec();
         for (i, row) in out.chunks_exact_mut(vocab).enumerate() {
-            self.apply(row, tally, &draft[..i.min(draft.len())]);
+            if let Some(&t) = i.checked_sub(1).and_then(|j| draft.get(j)) {
+                *counts.entry(t).or_default() += 1;
+            }
+            self.apply_counts(row, &counts, &tally.prompt);
         }
         out
     }

@@ -36,11 +36,20 @@ pub async fn earlier_messages(
             ))
         }
     };
-    let (t, i) = (tenant.to_string(), id.clone());
-    let found = store_calls::responses(state, move |s| s.get(&t, &i, unix_now())).await?;
-    found
+    find(state, tenant, &id)
+        .await?
         .map(|r| r.messages)
         .ok_or_else(|| not_found(&id, Some("previous_response_id")))
+}
+
+/// The tenant's stored response `id`, unless it expired.
+async fn find(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<StoredResponse>, ApiError> {
+    let (t, i) = (tenant.to_string(), id.to_string());
+    store_calls::responses(state, move |s| s.get(&t, &i, unix_now())).await
 }
 
 /// Whether the request asks for its response to be kept.
@@ -87,10 +96,9 @@ pub async fn get_response(
     state: State,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = authenticate(&state, &req).await?;
-    let id = id.into_inner();
-    let i = id.clone();
-    let found = store_calls::responses(&state, move |s| s.get(&tenant, &i, unix_now())).await?;
-    let r = found.ok_or_else(|| not_found(&id, None))?;
+    let r = find(&state, &tenant, &id)
+        .await?
+        .ok_or_else(|| not_found(&id, None))?;
     Ok(HttpResponse::Ok().json(r.response))
 }
 

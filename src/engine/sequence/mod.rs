@@ -18,10 +18,14 @@ use super::constrained::{Constrained, RoundConstraint, FORCED_MAX};
 use super::params::{GenerateError, GenerateParams};
 use super::penalised::Penalised;
 use crate::drafting::guard::{guarded, propose_checked};
-use crate::engine::logprobs::{token_logprob, LogprobQueue, TokenLogprob};
+use crate::engine::logprobs::LogprobQueue;
 use crate::engine::stop::StopMatcher;
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 use crate::model::{SeqId, TargetBackend};
+
+mod rows;
+
+pub use rows::top2_gap;
 
 /// Why generation ended, as OpenAI names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -103,50 +107,6 @@ impl SequenceState {
     /// Constrain the output: every row is masked by the grammar before a token is chosen.
     pub fn constrain(&mut self, grammar: Box<dyn specgate_strategies::TokenConstraint>) {
         self.constraint = Some(Constrained::new(grammar));
-    }
-
-    /// Record every generated token's log-probability and its `top` likeliest alternatives'.
-    pub fn track_logprobs(&mut self, top: usize) {
-        self.logprobs = Some(LogprobQueue::new(top));
-    }
-
-    /// The log-probabilities not handed out yet of the tokens whose text has been released
-    /// (all of them once the sequence is finished; none when not tracked).
-    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
-        let released = self.text.len();
-        self.logprobs
-            .as_mut()
-            .map(|q| q.take(released))
-            .unwrap_or_default()
-    }
-
-    /// Record the log-probabilities of the tokens the last commit added to the output:
-    /// `tokens[j]` came from row `row(j)` ([vocab]). Tokens the commit did not keep (EOS,
-    /// past a stop or max_tokens) get none; the token that completes a stop string is kept
-    /// and reported, though its text is cut.
-    fn record_logprobs<'r>(
-        &mut self,
-        before: usize,
-        tokens: &[TokenId],
-        row: impl Fn(usize) -> &'r [f32],
-    ) {
-        let kept = self.ids.len() - before;
-        if let Some(q) = self.logprobs.as_mut() {
-            for (j, &t) in tokens.iter().enumerate().take(kept) {
-                q.record(token_logprob(row(j), t, q.top()));
-            }
-        }
-    }
-
-    /// Record the top-2 logit gap behind every committed token: a shadow check uses it to
-    /// tell a numerical tie from a real divergence.
-    pub fn track_gaps(&mut self) {
-        self.gaps = Some(Vec::new());
-    }
-
-    /// The recorded gaps, one per committed token (EOS included), when tracked.
-    pub fn gaps(&self) -> &[f32] {
-        self.gaps.as_deref().unwrap_or_default()
     }
 
     pub fn prompt(&self) -> &[TokenId] {
@@ -292,15 +252,9 @@ impl SequenceState {
         let base = model.seq_len(self.seq).unwrap_or(0) - round.tokens.len();
         let draft = round.draft;
         let mut rc = round.constraint;
-        // Tokens are chosen from the rows penalised, then masked by the grammar;
-        // log-probabilities report the target's own.
-        let shaped = self
-            .penalties
-            .as_ref()
-            .map(|p| p.round_rows(rows, vocab, &draft));
-        let shaped = shaped.as_deref().unwrap_or(rows);
-        let masked = rc.as_ref().map(|rc| Constrained::masked(shaped, rc, vocab));
-        let judge = masked.as_deref().unwrap_or(shaped);
+        // Log-probabilities report the target's own rows; tokens are chosen from these.
+        let judged = self.judged_rows(rows, vocab, &draft, rc.as_ref());
+        let judge: &[f32] = &judged;
         let forced = rc.as_ref().is_some_and(|rc| rc.forced);
         // The pass's rows behind the committed tokens: the accepted path, then `next`'s.
         let (committed, used_rows, judged) = match draft.as_tree() {
@@ -453,18 +407,4 @@ impl SequenceState {
         guarded(&mut self.stats, || drafter.finish());
         Ok(tail)
     }
-}
-
-/// The difference between the two largest logits of a row ([vocab]).
-pub fn top2_gap(row: &[f32]) -> f32 {
-    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for &x in row {
-        if x > a {
-            b = a;
-            a = x;
-        } else if x > b {
-            b = x;
-        }
-    }
-    a - b
 }
