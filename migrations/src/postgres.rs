@@ -34,10 +34,15 @@ pub const SQL_MIGRATIONS: &[SqlMigration] = &[
         name: "0004_responses",
         sql: include_str!("../postgres/0004_responses.sql"),
     },
+    SqlMigration {
+        version: 5,
+        name: "0005_shadow_plain",
+        sql: include_str!("../postgres/0005_shadow_plain.sql"),
+    },
 ];
 
 /// The version this build writes.
-pub const PG_SCHEMA_VERSION: i32 = 4;
+pub const PG_SCHEMA_VERSION: i32 = 5;
 
 /// The advisory lock migrations hold (any constant no other code takes).
 const MIGRATION_LOCK: i64 = 0x5eca_7e00_0001;

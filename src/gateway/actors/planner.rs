@@ -277,6 +277,9 @@ pub struct ShadowResult {
     pub route: RouteLabels,
     pub strategy: StrategyKind,
     pub outcome: ShadowOutcome,
+    /// The plain decode's tokens after the first, and the engine seconds they took.
+    pub plain_tokens: u64,
+    pub plain_secs: f64,
 }
 
 impl Handler<ShadowResult> for Planner {
@@ -293,6 +296,8 @@ impl Handler<ShadowResult> for Planner {
             record: HistoryRecord {
                 shadow_checks: 1,
                 shadow_mismatches: u64::from(mismatch),
+                shadow_plain_tokens: msg.plain_tokens,
+                shadow_plain_secs: msg.plain_secs,
                 ..Default::default()
             },
         });

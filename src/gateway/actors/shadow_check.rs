@@ -65,10 +65,14 @@ pub fn launch(engine: &EngineHandle, planner: Addr<Planner>, job: ShadowJob) {
                 Event::Text { .. } => continue,
                 Event::Done(plain) => {
                     let outcome = compare(&speculative, &plain.token_ids, &plain.top2_gaps);
+                    // The first token comes from the prompt's pass: decoding is the rest.
+                    let decode = plain.stats.draft_time + plain.stats.verify_time;
                     planner.do_send(ShadowResult {
                         route,
                         strategy,
                         outcome,
+                        plain_tokens: plain.completion_tokens.saturating_sub(1) as u64,
+                        plain_secs: decode.as_secs_f64(),
                     });
                     return;
                 }

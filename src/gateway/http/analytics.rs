@@ -1,9 +1,9 @@
-//! The analyst API: per-route histories from the store. A tenant's key sees its own tenant
-//! only; the admin token sees every tenant.
+//! The analyst API: per-route histories from the store, over time and summed over a range. A
+//! tenant's key sees its own tenant only; the admin token sees every tenant.
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::clock::unix_now;
@@ -12,8 +12,11 @@ use crate::gateway::error::ApiError;
 use crate::gateway::http::{
     auth::{authenticate, authorize_admin},
     state::State,
+    store_calls,
 };
-use crate::store::history::{route_rows, rows_csv};
+use crate::store::history::{
+    route_rows, rows_csv, summary_csv, summary_rows, HistoryKey, HistoryRecord,
+};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -24,25 +27,30 @@ pub(crate) struct RoutesQuery {
     from: Option<u64>,
     /// Unix seconds, exclusive; default: now.
     to: Option<u64>,
-    /// minute, hour (default) or day.
+    /// minute, hour (default) or day (`/v1/analytics/routes` only).
     bucket: Option<String>,
+    /// json (default) or csv; `Accept: text/csv` asks for CSV too.
+    format: Option<String>,
 }
 
-/// `GET /v1/analytics/routes?tenant=&from=&to=&bucket=`: JSON, or CSV with `Accept: text/csv`.
-/// Per-route history rows (tenant × class × time bucket). A tenant key sees its own tenant.
-#[utoipa::path(get, path = "/v1/analytics/routes", tag = "analytics", params(RoutesQuery),
-    responses((status = 200, description = "Rows as JSON, or CSV with `Accept: text/csv`",
-        content((Object = "application/json"), (String = "text/csv")))),
-    security(("api_key" = []), ("admin_token" = [])))]
-pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+/// Whose history, over which range, as what: read from the query and the caller's credential.
+struct Reading {
+    tenant: Option<String>,
+    from: u64,
+    to: u64,
+    bucket: Option<String>,
+    csv: bool,
+}
+
+async fn reading(req: &HttpRequest, state: &State) -> Result<Reading, ApiError> {
     let q = web::Query::<RoutesQuery>::from_query(req.query_string())
         .map_err(|e| ApiError::invalid(None, format!("invalid query: {e}")))?
         .into_inner();
     // Whose history this caller may read: the admin any tenant's, a tenant only its own.
-    let tenant = if authorize_admin(&state, &req).await.is_ok() {
+    let tenant = if authorize_admin(state, req).await.is_ok() {
         q.tenant.clone()
     } else {
-        let own = authenticate(&state, &req).await?;
+        let own = authenticate(state, req).await?;
         if q.tenant.as_ref().is_some_and(|t| *t != own) {
             return Err(ApiError::forbidden(
                 "a tenant key reads its own tenant's analytics only",
@@ -50,7 +58,71 @@ pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiE
         }
         Some(own)
     };
-    let bucket_secs = match q.bucket.as_deref().unwrap_or("hour") {
+    let to = q.to.unwrap_or_else(|| unix_now() + 1);
+    let from = q.from.unwrap_or(to.saturating_sub(86_400));
+    if from >= to {
+        return Err(ApiError::invalid(
+            Some("from"),
+            "`from` must be before `to`",
+        ));
+    }
+    let accepts_csv = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/csv"));
+    let csv = match q.format.as_deref() {
+        None => accepts_csv,
+        Some("json") => false,
+        Some("csv") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                Some("format"),
+                format!("format must be json or csv, not {other:?}"),
+            ))
+        }
+    };
+    Ok(Reading {
+        tenant,
+        from,
+        to,
+        bucket: q.bucket,
+        csv,
+    })
+}
+
+/// The records of the reading's range, the writer's pending ones written first.
+async fn records(state: &State, r: &Reading) -> Result<Vec<(HistoryKey, HistoryRecord)>, ApiError> {
+    // Requests that finished a moment ago are in the writer's memory: write them first.
+    state
+        .services
+        .history
+        .send(Flush)
+        .await
+        .map_err(|e| ApiError::internal(format!("history writer: {e}")))??;
+    let history = std::sync::Arc::clone(&state.history);
+    let (tenant, from, to) = (r.tenant.clone(), r.from, r.to);
+    web::block(move || history.read(tenant.as_deref(), from, to))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(ApiError::from)
+}
+
+fn csv_body(body: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/csv; charset=utf-8")
+        .body(body)
+}
+
+/// `GET /v1/analytics/routes?tenant=&from=&to=&bucket=`: JSON, or CSV with `Accept: text/csv`.
+/// Per-route history rows (tenant × class × time bucket). A tenant key sees its own tenant.
+#[utoipa::path(get, path = "/v1/analytics/routes", tag = "analytics", params(RoutesQuery),
+    responses((status = 200, description = "Rows as JSON, or CSV with `Accept: text/csv` or `format=csv`",
+        content((Object = "application/json"), (String = "text/csv")))),
+    security(("api_key" = []), ("admin_token" = [])))]
+pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+    let r = reading(&req, &state).await?;
+    let bucket_secs = match r.bucket.as_deref().unwrap_or("hour") {
         "minute" => 60,
         "hour" => 3600,
         "day" => 86_400,
@@ -61,36 +133,76 @@ pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiE
             ))
         }
     };
-    let to = q.to.unwrap_or_else(|| unix_now() + 1);
-    let from = q.from.unwrap_or(to.saturating_sub(86_400));
-    if from >= to {
+    let rows = route_rows(&records(&state, &r).await?, bucket_secs);
+    Ok(if r.csv {
+        csv_body(rows_csv(&rows))
+    } else {
+        HttpResponse::Ok()
+            .json(json!({ "object": "list", "from": r.from, "to": r.to, "data": rows }))
+    })
+}
+
+/// A policy change on one of the reader's routes (or a default its routes follow).
+#[derive(Debug, Serialize)]
+struct PolicyChange {
+    tenant: String,
+    class: &'static str,
+    version: u32,
+    action: String,
+    by: String,
+    at: u64,
+}
+
+/// `GET /v1/analytics/summary?tenant=&from=&to=`: per tenant and per route over the range,
+/// with the speed-up speculation gave and the policy changes made in it. JSON or CSV.
+#[utoipa::path(get, path = "/v1/analytics/summary", tag = "analytics", params(RoutesQuery),
+    responses((status = 200, description = "Summary rows and policy changes as JSON, or the rows as CSV with `Accept: text/csv` or `format=csv`",
+        content((Object = "application/json"), (String = "text/csv")))),
+    security(("api_key" = []), ("admin_token" = [])))]
+pub async fn summary(req: HttpRequest, state: State) -> Result<HttpResponse, ApiError> {
+    let r = reading(&req, &state).await?;
+    if r.bucket.is_some() {
         return Err(ApiError::invalid(
-            Some("from"),
-            "`from` must be before `to`",
+            Some("bucket"),
+            "a summary covers the whole range: bucket is for /v1/analytics/routes",
         ));
     }
-    // Requests that finished a moment ago are in the writer's memory: write them first.
-    state
-        .services
-        .history
-        .send(Flush)
-        .await
-        .map_err(|e| ApiError::internal(format!("history writer: {e}")))??;
-    let history = std::sync::Arc::clone(&state.history);
-    let records = web::block(move || history.read(tenant.as_deref(), from, to))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
-    let rows = route_rows(&records, bucket_secs);
-    let wants_csv = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("text/csv"));
-    Ok(if wants_csv {
-        HttpResponse::Ok()
-            .content_type("text/csv; charset=utf-8")
-            .body(rows_csv(&rows))
-    } else {
-        HttpResponse::Ok().json(json!({ "object": "list", "from": from, "to": to, "data": rows }))
+    let rows = summary_rows(&records(&state, &r).await?);
+    if r.csv {
+        return Ok(csv_body(summary_csv(&rows)));
+    }
+    let changes = policy_changes(&state, &r).await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "object": "analytics.summary", "from": r.from, "to": r.to,
+        "data": rows, "policy_changes": changes,
+    })))
+}
+
+/// Policy versions written in the range on the reader's routes and on the defaults (tenant
+/// "*"), oldest first.
+async fn policy_changes(state: &State, r: &Reading) -> Result<Vec<PolicyChange>, ApiError> {
+    let (tenant, from, to) = (r.tenant.clone(), r.from, r.to);
+    store_calls::policies(state, move |store| {
+        let mut out = Vec::new();
+        for (t, class) in store.routes()? {
+            if t != "*" && tenant.as_ref().is_some_and(|own| *own != t) {
+                continue;
+            }
+            for v in store.history(&t, class)? {
+                if (from..to).contains(&v.at) {
+                    out.push(PolicyChange {
+                        tenant: t.clone(),
+                        class: class.name(),
+                        version: v.version,
+                        action: v.action,
+                        by: v.by,
+                        at: v.at,
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|c| c.at);
+        Ok(out)
     })
+    .await
 }

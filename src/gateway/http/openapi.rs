@@ -33,6 +33,7 @@ use crate::gateway::http::state::State;
         crate::gateway::http::ops::dashboard,
         openapi_json,
         crate::gateway::http::analytics::routes,
+        crate::gateway::http::analytics::summary,
         crate::gateway::http::tenants_api::create_tenant,
         crate::gateway::http::tenants_api::list_tenants,
         crate::gateway::http::tenants_api::add_key,

@@ -30,14 +30,29 @@ pub(crate) async fn models(req: HttpRequest, state: State) -> Result<HttpRespons
     })))
 }
 
-/// The analyst dashboard: one static page that draws /v1/analytics/routes with the key the
-/// user gives it (in the page, or as `#key=…`, which browsers never send to a server).
+/// The analyst dashboard: one static page that draws /v1/analytics/summary and
+/// /v1/analytics/routes with the key the user gives it (in the page, or as `#key=…`, which
+/// browsers never send to a server).
 #[utoipa::path(get, path = "/dashboard", tag = "analytics",
     responses((status = 200, description = "HTML", content_type = "text/html", body = String)))]
 pub(crate) async fn dashboard() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .body(include_str!("assets/dashboard.html"))
+}
+
+/// The dashboard's scripts: plain SVG charts and the page's logic, no build step.
+pub(crate) async fn dashboard_script(
+    file: actix_web::web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let body = match file.as_str() {
+        "charts.js" => include_str!("assets/dashboard/charts.js"),
+        "app.js" => include_str!("assets/dashboard/app.js"),
+        other => return Err(ApiError::not_found(format!("no dashboard file {other:?}"))),
+    };
+    Ok(HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .body(body))
 }
 
 /// The process is alive.

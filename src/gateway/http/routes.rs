@@ -27,8 +27,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/ready", web::get().to(ops::ready))
         .route("/metrics", web::get().to(ops::metrics_text))
         .route("/dashboard", web::get().to(ops::dashboard))
+        .route("/dashboard/{file}", web::get().to(ops::dashboard_script))
         .route("/openapi.json", web::get().to(openapi::openapi_json))
-        .route("/v1/analytics/routes", web::get().to(analytics::routes));
+        .route("/v1/analytics/routes", web::get().to(analytics::routes))
+        .route("/v1/analytics/summary", web::get().to(analytics::summary));
     tenants_api::routes(cfg);
 }
 

@@ -7,8 +7,12 @@ use serde::{Deserialize, Serialize};
 
 mod key;
 mod rows;
+mod speedup;
+mod summary;
 pub use key::{tenant_prefix, Granularity, HistoryKey};
 pub use rows::{route_rows, rows_csv, RouteRow};
+pub use speedup::{Rate, SpeedEvidence, Speedup};
+pub use summary::{summary_csv, summary_rows, SummaryRow, ALL_CLASSES};
 
 use super::StoreError;
 
@@ -143,6 +147,13 @@ pub struct HistoryRecord {
     pub shadow_checks: u64,
     #[serde(default)]
     pub shadow_mismatches: u64,
+    /// Plain decoding as the shadow checks measured it on the route: tokens decoded after the
+    /// first (which comes from the prompt's pass) and the engine seconds they took. What the
+    /// analyst's speed-up compares the route's own decoding with.
+    #[serde(default)]
+    pub shadow_plain_tokens: u64,
+    #[serde(default)]
+    pub shadow_plain_secs: f64,
     /// Σ over the requests of 1 / (the mean count of sequences their rounds ran with): the
     /// load their acceptance was measured under. None in records written before it was
     /// kept, read as run alone.
@@ -255,6 +266,8 @@ impl HistoryRecord {
         self.queue.merge(&o.queue);
         self.shadow_checks += o.shadow_checks;
         self.shadow_mismatches += o.shadow_mismatches;
+        self.shadow_plain_tokens += o.shadow_plain_tokens;
+        self.shadow_plain_secs += o.shadow_plain_secs;
         self.unlearned.add(&o.unlearned);
     }
 }

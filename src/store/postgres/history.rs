@@ -22,7 +22,7 @@ use crate::store::StoreError;
 const ROLLUP_LOCK: i64 = 0x5eca_7e00_0002;
 
 const KEY: [&str; 6] = ["tenant", "class", "strategy", "k", "granularity", "start"];
-const COUNTS: [&str; 16] = [
+const COUNTS: [&str; 17] = [
     "requests",
     "prompt_tokens",
     "tokens_out",
@@ -39,14 +39,16 @@ const COUNTS: [&str; 16] = [
     "u_accepted",
     "u_judged",
     "cached_tokens",
+    "shadow_plain_tokens",
 ];
-const SECONDS: [&str; 6] = [
+const SECONDS: [&str; 7] = [
     "draft_secs",
     "verify_secs",
     "e2e_secs",
     "u_draft_secs",
     "u_verify_secs",
     "u_load_share",
+    "shadow_plain_secs",
 ];
 const ARRAYS: [&str; 4] = ["accepted_per_pos", "ttft", "itl", "queue"];
 // And `load_share`, NULL while no request of the bucket kept its load.
@@ -125,7 +127,7 @@ fn rollup_sql() -> String {
 struct Params {
     key: (String, &'static str, &'static str, i16, i8, i64),
     counts: [i64; COUNTS.len()],
-    seconds: [f64; 6],
+    seconds: [f64; SECONDS.len()],
     arrays: [Vec<i64>; ARRAYS.len()],
     load_share: Option<f64>,
 }
@@ -164,6 +166,7 @@ impl Params {
                 u.accepted,
                 u.judged,
                 r.cached_tokens,
+                r.shadow_plain_tokens,
             ]
             .map(big),
             seconds: [
@@ -173,6 +176,7 @@ impl Params {
                 u.draft_secs,
                 u.verify_secs,
                 u.load_share,
+                r.shadow_plain_secs,
             ],
             arrays: [
                 ints(&r.accepted_per_pos),
@@ -237,6 +241,8 @@ fn decode(row: &Row) -> Result<(HistoryKey, HistoryRecord), StoreError> {
         shadow_checks: n(8),
         shadow_mismatches: n(9),
         cached_tokens: n(15),
+        shadow_plain_tokens: n(16),
+        shadow_plain_secs: f(6),
         unlearned: Evidence {
             requests: n(10),
             rounds: n(11),
