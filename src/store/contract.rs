@@ -78,10 +78,21 @@ macro_rules! store_contract_tests {
 }
 pub(crate) use store_contract_tests;
 
+/// A record whose every field added since the first schema is set too, so a store that
+/// drops or swaps one (a column left out of a migration) fails the round trip.
 fn record(requests: u64, tokens_out: u64) -> HistoryRecord {
+    let mut queue = super::history::LatencyHistogram::default();
+    for _ in 0..requests {
+        queue.record(0.004);
+    }
     HistoryRecord {
         requests,
         tokens_out,
+        cached_tokens: 2 * requests,
+        queue,
+        shadow_checks: requests,
+        shadow_plain_tokens: 3 * requests,
+        shadow_plain_secs: 0.5 * requests as f64,
         ..HistoryRecord::default()
     }
 }

@@ -179,7 +179,7 @@ mod tests {
             return;
         };
         let pg = Pg::connect(&db.url).unwrap();
-        assert_eq!(pg.migrate().unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(pg.migrate().unwrap(), vec![1, 2, 3, 4, 5]);
         assert_eq!(
             pg.migrate().unwrap(),
             Vec::<i32>::new(),

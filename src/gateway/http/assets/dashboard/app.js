@@ -71,6 +71,17 @@ const COLUMNS = [
   ["queue_p95_ms", "queue p95", ms],
 ];
 
+// The mix's main parts (10% and more) shown, the rest summed; the whole mix on hover.
+function mixCell(td, mix) {
+  const parts = Object.entries(mix).sort((a, b) => b[1] - a[1]);
+  const main = parts.filter(([, s]) => s >= 0.1);
+  const rest = parts.slice(main.length).reduce((a, [, s]) => a + s, 0);
+  const text = main.map(([k, s]) => `${k} ${Math.round(s * 100)}%`);
+  if (rest > 0) text.push(`other ${Math.round(rest * 100)}%`);
+  td.textContent = text.join(", ") || "—";
+  td.title = parts.map(([k, s]) => `${k}: ${(s * 100).toFixed(1)}%`).join("\n");
+}
+
 function cell(row, [field, , fmt, kind]) {
   const td = document.createElement("td");
   td.dataset.field = field;
@@ -78,7 +89,7 @@ function cell(row, [field, , fmt, kind]) {
   td.dataset.value = typeof v === "object" && v !== null ? JSON.stringify(v) : v === null ? "" : String(v);
   if (kind) td.className = kind;
   if (field === "speedup") speedupCell(td, row);
-  else if (field === "strategy_mix") td.textContent = Object.entries(v).map(([k, s]) => `${k} ${Math.round(s * 100)}%`).join(", ") || "—";
+  else if (field === "strategy_mix") mixCell(td, v);
   else td.textContent = v === null ? "—" : fmt(v);
   return td;
 }
