@@ -89,6 +89,17 @@ fn assert_table_is_the_apis(dom: &str, s: &Server, token: &str) {
     assert_eq!(status, 200, "{api}");
     let rows = api["data"].as_array().unwrap();
     assert!(!rows.is_empty());
+    // The CSV link gives the same rows.
+    let at = dom.find("id=\"csv\"").unwrap();
+    let link = attr(&dom[at..], "data-href").unwrap().replace("&amp;", "&");
+    let csv = ureq::get(&s.url(&link))
+        .set("Authorization", &format!("Bearer {token}"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(csv.starts_with("tenant,class,requests,"), "{csv}");
+    assert_eq!(csv.lines().count(), rows.len() + 1, "{csv}");
     for row in rows {
         let route = format!(
             "{} / {}",

@@ -11,7 +11,7 @@ mod speedup;
 mod summary;
 pub use key::{tenant_prefix, Granularity, HistoryKey};
 pub use rows::{route_rows, rows_csv, RouteRow};
-pub use speedup::{Rate, SpeedEvidence, Speedup};
+pub use speedup::Speedup;
 pub use summary::{summary_csv, summary_rows, SummaryRow, ALL_CLASSES};
 
 use super::StoreError;

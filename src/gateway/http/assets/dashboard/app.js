@@ -77,7 +77,7 @@ function mixCell(td, mix) {
   const main = parts.filter(([, s]) => s >= 0.1);
   const rest = parts.slice(main.length).reduce((a, [, s]) => a + s, 0);
   const text = main.map(([k, s]) => `${k} ${Math.round(s * 100)}%`);
-  if (rest > 0) text.push(`other ${Math.round(rest * 100)}%`);
+  if (rest > 0) text.push(`other ${rest < 0.005 ? "<1" : Math.round(rest * 100)}%`);
   td.textContent = text.join(", ") || "—";
   td.title = parts.map(([k, s]) => `${k}: ${(s * 100).toFixed(1)}%`).join("\n");
 }
@@ -111,7 +111,7 @@ function table(node, rows) {
     const th = document.createElement("th");
     th.textContent = c[1];
     th.dataset.field = c[0];
-    if (c[3] === "text") th.className = "text";
+    if (c[3]) th.className = "text";
     th.addEventListener("click", () => {
       sorted = { field: c[0], dir: sorted.field === c[0] ? -sorted.dir : 1 };
       const key = (r) => (c[0] === "strategy_mix" ? Object.keys(r.strategy_mix).join() : r[c[0]]);

@@ -63,7 +63,9 @@ const Charts = (() => {
     el("line", { x1: L, x2: L, y1: T, y2: H - B, stroke: "#999" }, svg);
     for (const tick of timeTicks(from, to, 5)) {
       el("line", { x1: x(tick.t), x2: x(tick.t), y1: H - B, y2: H - B + 4, stroke: "#999" }, svg);
-      el("text", { class: "x-tick", x: x(tick.t), y: H - B + 15, "text-anchor": "middle" }, svg, tick.label);
+      // A label at either end of the axis stays inside the chart.
+      const anchor = x(tick.t) > W - R - 24 ? "end" : x(tick.t) < L + 24 ? "start" : "middle";
+      el("text", { class: "x-tick", x: x(tick.t), y: H - B + 15, "text-anchor": anchor }, svg, tick.label);
     }
     el("text", { class: "axis-title", x: (L + W - R) / 2, y: H - 3, "text-anchor": "middle" }, svg, `time (${ZONE})`);
     let lastX = -Infinity, row = 0;
