@@ -1,5 +1,6 @@
 //! History and the analyst API end to end: what concurrent requests reported in their usage
-//! is exactly what the history holds, and no tenant reads another's.
+//! is exactly what the history holds, over time and summed over the range, and no tenant reads
+//! another's.
 
 mod common;
 
@@ -7,7 +8,11 @@ use common::server::{Server, ADMIN};
 use serde_json::{json, Value};
 
 fn analytics(s: &Server, key: &str, query: &str) -> (u16, Value) {
-    match ureq::get(&s.url(&format!("/v1/analytics/routes{query}")))
+    get(s, key, &format!("/v1/analytics/routes{query}"))
+}
+
+fn get(s: &Server, key: &str, path: &str) -> (u16, Value) {
+    match ureq::get(&s.url(path))
         .set("Authorization", &format!("Bearer {key}"))
         .call()
     {
@@ -110,6 +115,40 @@ fn history_equals_the_usage_requests_reported_and_tenants_see_only_their_own() {
     let (status, _) = analytics(&s, "sg-nobody-0", "");
     assert_eq!(status, 401);
     let (status, v) = analytics(&s, ADMIN, "?bucket=week");
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("bucket"))
+    );
+
+    // The summary: a tenant's row sums its routes (two classes each), equal to what its
+    // requests reported.
+    for (i, (name, key)) in tenants.iter().enumerate() {
+        let (status, v) = get(&s, key, "/v1/analytics/summary");
+        assert_eq!(status, 200, "{v}");
+        let rows = v["data"].as_array().unwrap();
+        assert!(rows.iter().all(|r| r["tenant"] == *name), "{name} saw {v}");
+        let (all, routes): (Vec<&Value>, Vec<&Value>) =
+            rows.iter().partition(|r| r["class"] == "all");
+        assert_eq!((all.len(), routes.len()), (1, 2), "{v}");
+        let field = |f: &str| reported(Some(i), &|u| u[f].as_u64().unwrap());
+        assert_eq!(all[0]["requests"], 6);
+        assert_eq!(all[0]["prompt_tokens"], field("prompt_tokens"));
+        assert_eq!(all[0]["completion_tokens"], field("completion_tokens"));
+        let routes_sum: u64 = routes
+            .iter()
+            .map(|r| r["completion_tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(routes_sum, field("completion_tokens"));
+        let other = tenants[1 - i].0;
+        let (status, _) = get(&s, key, &format!("/v1/analytics/summary?tenant={other}"));
+        assert_eq!(status, 403);
+    }
+    let (status, v) = get(&s, ADMIN, "/v1/analytics/summary?format=xml");
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("format"))
+    );
+    let (status, v) = get(&s, ADMIN, "/v1/analytics/summary?bucket=hour");
     assert_eq!(
         (status, v["error"]["param"].as_str()),
         (400, Some("bucket"))
