@@ -120,6 +120,45 @@ fn history_equals_the_usage_requests_reported_and_tenants_see_only_their_own() {
         (400, Some("bucket"))
     );
 
+    // An admin's edit of beta's chat policy: on beta's time axis only, its author named to the
+    // admin alone.
+    let edit = json!({"speculation": true, "allowed": ["ngram"], "k_min": 1, "k_max": 4,
+                      "explore": false, "shadow_rate": 0});
+    let r = ureq::put(&s.url("/admin/v1/policies/beta/chat"))
+        .set("Authorization", &format!("Bearer {ADMIN}"))
+        .set("x-admin-user", "ops-carol")
+        .send_json(edit)
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let authors = |key: &str| -> Vec<(String, String)> {
+        let (_, v) = get(&s, key, "/v1/analytics/summary");
+        let changes = v["policy_changes"].as_array().unwrap().clone();
+        changes
+            .iter()
+            .filter(|c| c["default"] == false)
+            .map(|c| {
+                (
+                    c["tenant"].as_str().unwrap().into(),
+                    c["by"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        authors(ADMIN),
+        [("beta".to_string(), "ops-carol".to_string())]
+    );
+    assert_eq!(
+        authors(&tenants[1].1),
+        [("beta".to_string(), "admin".to_string())]
+    );
+    let (_, alpha) = get(&s, &tenants[0].1, "/v1/analytics/summary");
+    let changes = alpha["policy_changes"].as_array().unwrap();
+    assert!(
+        !changes.is_empty() && changes.iter().all(|c| c["tenant"] == "alpha"),
+        "{alpha}"
+    );
+
     // The summary: a tenant's row sums its routes (two classes each), equal to what its
     // requests reported.
     for (i, (name, key)) in tenants.iter().enumerate() {

@@ -26,6 +26,7 @@ pub mod history;
 pub mod limiter;
 pub mod limits;
 pub mod policies;
+pub mod policy_changes;
 pub mod postgres;
 pub mod redis;
 pub mod responses;

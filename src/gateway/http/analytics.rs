@@ -1,10 +1,13 @@
 //! The analyst API: per-route histories from the store, over time and summed over a range. A
 //! tenant's key sees its own tenant only; the admin token sees every tenant.
 
+use std::collections::{BTreeSet, HashMap};
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
+use specgate_policies::ANY_TENANT;
 
 use crate::clock::unix_now;
 use crate::gateway::actors::history_writer::Flush;
@@ -17,6 +20,7 @@ use crate::gateway::http::{
 use crate::store::history::{
     route_rows, rows_csv, summary_csv, summary_rows, HistoryKey, HistoryRecord,
 };
+use crate::store::policy_changes::{route_changes, RouteChange};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -35,6 +39,7 @@ pub(crate) struct RoutesQuery {
 
 /// Whose history, over which range, as what: read from the query and the caller's credential.
 struct Reading {
+    admin: bool,
     tenant: Option<String>,
     from: u64,
     to: u64,
@@ -47,7 +52,8 @@ async fn reading(req: &HttpRequest, state: &State) -> Result<Reading, ApiError> 
         .map_err(|e| ApiError::invalid(None, format!("invalid query: {e}")))?
         .into_inner();
     // Whose history this caller may read: the admin any tenant's, a tenant only its own.
-    let tenant = if authorize_admin(state, req).await.is_ok() {
+    let admin = authorize_admin(state, req).await.is_ok();
+    let tenant = if admin {
         q.tenant.clone()
     } else {
         let own = authenticate(state, req).await?;
@@ -83,6 +89,7 @@ async fn reading(req: &HttpRequest, state: &State) -> Result<Reading, ApiError> 
         }
     };
     Ok(Reading {
+        admin,
         tenant,
         from,
         to,
@@ -142,17 +149,6 @@ pub async fn routes(req: HttpRequest, state: State) -> Result<HttpResponse, ApiE
     })
 }
 
-/// A policy change on one of the reader's routes (or a default its routes follow).
-#[derive(Debug, Serialize)]
-struct PolicyChange {
-    tenant: String,
-    class: &'static str,
-    version: u32,
-    action: String,
-    by: String,
-    at: u64,
-}
-
 /// `GET /v1/analytics/summary?tenant=&from=&to=`: per tenant and per route over the range,
 /// with the speed-up speculation gave and the policy changes made in it. JSON or CSV.
 #[utoipa::path(get, path = "/v1/analytics/summary", tag = "analytics", params(RoutesQuery),
@@ -167,42 +163,42 @@ pub async fn summary(req: HttpRequest, state: State) -> Result<HttpResponse, Api
             "a summary covers the whole range: bucket is for /v1/analytics/routes",
         ));
     }
-    let rows = summary_rows(&records(&state, &r).await?);
+    let records = records(&state, &r).await?;
+    let rows = summary_rows(&records);
     if r.csv {
         return Ok(csv_body(summary_csv(&rows)));
     }
-    let changes = policy_changes(&state, &r).await?;
+    let changes = policy_changes(&state, &r, &records).await?;
     Ok(HttpResponse::Ok().json(json!({
         "object": "analytics.summary", "from": r.from, "to": r.to,
         "data": rows, "policy_changes": changes,
     })))
 }
 
-/// Policy versions written in the range on the reader's routes and on the defaults (tenant
-/// "*"), oldest first.
-async fn policy_changes(state: &State, r: &Reading) -> Result<Vec<PolicyChange>, ApiError> {
-    let (tenant, from, to) = (r.tenant.clone(), r.from, r.to);
+/// Policy versions written in the range on the routes the records show: each route's own,
+/// and the default's where the route followed it (see [`route_changes`]).
+async fn policy_changes(
+    state: &State,
+    r: &Reading,
+    records: &[(HistoryKey, HistoryRecord)],
+) -> Result<Vec<RouteChange>, ApiError> {
+    let routes: Vec<_> = records
+        .iter()
+        .map(|(k, _)| (k.tenant.clone(), k.class))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (range, admin) = ((r.from, r.to), r.admin);
     store_calls::policies(state, move |store| {
-        let mut out = Vec::new();
-        for (t, class) in store.routes()? {
-            if t != "*" && tenant.as_ref().is_some_and(|own| *own != t) {
-                continue;
-            }
-            for v in store.history(&t, class)? {
-                if (from..to).contains(&v.at) {
-                    out.push(PolicyChange {
-                        tenant: t.clone(),
-                        class: class.name(),
-                        version: v.version,
-                        action: v.action,
-                        by: v.by,
-                        at: v.at,
-                    });
-                }
+        let mut own = HashMap::new();
+        let mut defaults = HashMap::new();
+        for (tenant, class) in &routes {
+            own.insert((tenant.clone(), *class), store.history(tenant, *class)?);
+            if !defaults.contains_key(class) {
+                defaults.insert(*class, store.history(ANY_TENANT, *class)?);
             }
         }
-        out.sort_by_key(|c| c.at);
-        Ok(out)
+        Ok(route_changes(&routes, &own, &defaults, range, admin))
     })
     .await
 }

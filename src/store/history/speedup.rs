@@ -6,16 +6,44 @@
 //! Plain decoding is measured two ways, pooled: the route's requests served plainly (the
 //! learner's plain choices and explorations, or a client's `strategy: plain`), and shadow
 //! checks, which decode a speculative request's prompt again plainly. Each history record (a
-//! strategy × k × bucket) is one sample of a ratio estimator; the interval is the ratio
-//! estimator's normal approximation, combined on the log scale for the quotient of two rates.
+//! strategy × k × bucket) is one sample of a ratio estimator; the two rates' relative variances
+//! add on the log scale, and the interval takes Student's t at the smaller side's samples − 1
+//! (a few minutes of traffic give only a few samples, where 1.96 would promise too much).
 
 use serde::Serialize;
 use specgate_strategies::StrategyKind;
 
 use super::{HistoryKey, HistoryRecord};
 
-/// z for a two-sided 95% interval.
-const Z95: f64 = 1.96;
+/// Student's t for a two-sided 95% interval by degrees of freedom (a df between two rows
+/// takes the lower row's, the wider interval); 1.96 past the last.
+const T95: [(usize, f64); 15] = [
+    (1, 12.706),
+    (2, 4.303),
+    (3, 3.182),
+    (4, 2.776),
+    (5, 2.571),
+    (6, 2.447),
+    (7, 2.365),
+    (8, 2.306),
+    (9, 2.262),
+    (10, 2.228),
+    (12, 2.179),
+    (15, 2.131),
+    (20, 2.086),
+    (30, 2.042),
+    (60, 2.000),
+];
+
+fn t95(df: usize) -> f64 {
+    if df > 120 {
+        return 1.96;
+    }
+    T95.iter()
+        .rev()
+        .find(|(d, _)| *d <= df)
+        .map_or(T95[0].1, |(_, t)| *t)
+}
 
 /// Tokens over seconds, kept per sample so the spread between samples gives an interval.
 #[derive(Debug, Clone, Default)]
@@ -33,6 +61,10 @@ impl Rate {
 
     pub fn merge(&mut self, o: &Rate) {
         self.samples.extend_from_slice(&o.samples);
+    }
+
+    pub fn samples(&self) -> usize {
+        self.samples.len()
     }
 
     pub fn tokens(&self) -> u64 {
@@ -67,6 +99,9 @@ pub struct SpeedEvidence {
     /// Requests served plainly, and shadow checks that measured plain decoding.
     pub plain_requests: u64,
     pub shadow_checks: u64,
+    /// Served samples that speculated (not plain): without any, speculation gave nothing to
+    /// estimate and the speed-up has no interval.
+    pub speculative_samples: u64,
 }
 
 impl SpeedEvidence {
@@ -80,6 +115,8 @@ impl SpeedEvidence {
             if key.strategy == StrategyKind::Plain {
                 self.plain.add(tokens, secs);
                 self.plain_requests += r.requests;
+            } else if tokens > 0 && secs > 0.0 {
+                self.speculative_samples += 1;
             }
         }
         if r.shadow_plain_tokens > 0 {
@@ -93,18 +130,23 @@ impl SpeedEvidence {
         self.plain.merge(&o.plain);
         self.plain_requests += o.plain_requests;
         self.shadow_checks += o.shadow_checks;
+        self.speculative_samples += o.speculative_samples;
     }
 
     pub fn estimate(&self) -> Speedup {
         let served = self.served.per_second();
         let plain = self.plain.per_second();
         let ratio = served.zip(plain).map(|(s, p)| s / p);
-        // Two independent rates: their relative variances add (delta method on the log).
-        let interval = ratio.and_then(|x| {
-            let v = self.served.relative_variance()? + self.plain.relative_variance()?;
-            let half = Z95 * v.sqrt();
-            Some((x * (-half).exp(), x * half.exp()))
-        });
+        // The relative variances add (delta method on the log). Plain requests sit on both
+        // sides, which makes the interval wider than it need be, never narrower.
+        let interval = ratio
+            .filter(|_| self.speculative_samples > 0)
+            .and_then(|x| {
+                let v = self.served.relative_variance()? + self.plain.relative_variance()?;
+                let df = self.served.samples().min(self.plain.samples()) - 1;
+                let half = t95(df) * v.sqrt();
+                Some((x * (-half).exp(), x * half.exp()))
+            });
         Speedup {
             served_tokens_per_second: served,
             plain_tokens_per_second: plain,
@@ -202,6 +244,23 @@ mod tests {
         more.merge(&e);
         let m = more.estimate();
         assert!(m.speedup_high.unwrap() - m.speedup_low.unwrap() < hi - lo);
+    }
+
+    #[test]
+    fn a_route_served_only_plainly_reads_one_without_an_interval() {
+        let mut e = SpeedEvidence::default();
+        for (m, secs) in [(0, 0.9), (1, 1.0), (2, 1.2)] {
+            let (k, r) = served(StrategyKind::Plain, m, 100, secs);
+            e.add(&k, &r);
+        }
+        let s = e.estimate();
+        assert_eq!((s.speedup, s.speedup_low), (Some(1.0), None));
+        assert_eq!(s.plain_requests, 3);
+    }
+
+    #[test]
+    fn few_samples_widen_the_interval_as_students_t_does() {
+        assert_eq!((t95(1), t95(11), t95(200)), (12.706, 2.228, 1.96));
     }
 
     #[test]

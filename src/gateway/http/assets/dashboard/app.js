@@ -77,7 +77,7 @@ function mixCell(td, mix) {
   const main = parts.filter(([, s]) => s >= 0.1);
   const rest = parts.slice(main.length).reduce((a, [, s]) => a + s, 0);
   const text = main.map(([k, s]) => `${k} ${Math.round(s * 100)}%`);
-  if (rest > 0) text.push(`other ${rest < 0.005 ? "<1" : Math.round(rest * 100)}%`);
+  if (rest > 0) text.push(`other ${rest < 0.01 ? "<1" : Math.round(rest * 100)}%`);
   td.textContent = text.join(", ") || "—";
   td.title = parts.map(([k, s]) => `${k}: ${(s * 100).toFixed(1)}%`).join("\n");
 }
@@ -114,7 +114,9 @@ function table(node, rows) {
     if (c[3]) th.className = "text";
     th.addEventListener("click", () => {
       sorted = { field: c[0], dir: sorted.field === c[0] ? -sorted.dir : 1 };
-      const key = (r) => (c[0] === "strategy_mix" ? Object.keys(r.strategy_mix).join() : r[c[0]]);
+      // The mix sorts by its main part's name, then by that part's share.
+      const main = (m) => Object.entries(m).sort((a, b) => b[1] - a[1])[0] || ["", 0];
+      const key = (r) => (c[0] === "strategy_mix" ? main(r.strategy_mix).join(" ") : r[c[0]]);
       rows.sort((a, b) => {
         const [x, y] = [key(a), key(b)];
         if (x === y) return 0;
@@ -199,10 +201,16 @@ function draw(summary, series, range, key, q) {
   $("csv").onclick = async (e) => {
     e.preventDefault();
     const r = await fetch($("csv").dataset.href, { headers: { Authorization: "Bearer " + key } });
+    if (!r.ok) {
+      $("status").className = "error";
+      $("status").textContent = "CSV: " + (((await r.json()).error || {}).message || r.statusText);
+      return;
+    }
     const a = document.createElement("a");
     a.href = URL.createObjectURL(await r.blob());
     a.download = `specgate-summary-${range.from}-${range.to}.csv`;
     a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10000);
   };
   $("summary").hidden = false;
   const routes = new Map();
@@ -211,7 +219,7 @@ function draw(summary, series, range, key, q) {
     if (!routes.has(id)) routes.set(id, []);
     routes.get(id).push(row);
   }
-  const marksFor = (tenant, cls) => summary.policy_changes.filter((c) => (c.tenant === tenant || c.tenant === "*") && c.class === cls);
+  const marksFor = (tenant, cls) => summary.policy_changes.filter((c) => c.tenant === tenant && c.class === cls);
   $("routes").replaceChildren(...[...routes].map(([id, rows]) => {
     rows.sort((a, b) => a.bucket_start - b.bucket_start);
     return routeCharts(id, rows, range, marksFor(rows[0].tenant, rows[0].class));

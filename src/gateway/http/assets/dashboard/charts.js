@@ -22,14 +22,16 @@ const Charts = (() => {
   // Tick times in [from, to] at a round step in local time, at most `most` of them.
   function timeTicks(from, to, most) {
     const step = STEPS.find((s) => (to - from) / s <= most) || STEPS[STEPS.length - 1];
-    const offset = -new Date(from * 1000).getTimezoneOffset() * 60;
-    const first = Math.ceil((from + offset) / step) * step - offset;
+    // Aligned to the step in local time, with each tick's own UTC offset (a range may cross a
+    // daylight-saving change).
+    const offset = (t) => -new Date(t * 1000).getTimezoneOffset() * 60;
+    const aligned = (t) => Math.ceil((t + offset(t)) / step) * step - offset(t);
     const long = to - from > 86400;
     const fmt = new Intl.DateTimeFormat(undefined, step >= 86400
       ? { month: "short", day: "numeric" }
       : long ? { weekday: "short", hour: "2-digit", minute: "2-digit" } : { hour: "2-digit", minute: "2-digit" });
     const ticks = [];
-    for (let t = first; t <= to; t += step) ticks.push({ t, label: fmt.format(new Date(t * 1000)) });
+    for (let t = aligned(from); t <= to; t = aligned(t + step)) ticks.push({ t, label: fmt.format(new Date(t * 1000)) });
     return ticks;
   }
 
@@ -74,10 +76,12 @@ const Charts = (() => {
       // Marks close together stack their labels instead of writing over each other.
       row = x(m.at) - lastX < 18 ? row + 1 : 0;
       lastX = x(m.at);
-      const g = el("g", { class: "policy-mark", "data-version": m.version, "data-by": m.by, "data-at": m.at }, svg);
+      const g = el("g", { class: "policy-mark", "data-version": m.version, "data-default": m.default, "data-by": m.by, "data-at": m.at }, svg);
       el("line", { x1: x(m.at), x2: x(m.at), y1: T, y2: H - B, stroke: "#b00", "stroke-dasharray": "4 3" }, g);
-      el("text", { x: x(m.at) + 2, y: T - 4 + row * 10, fill: "#b00" }, g, `v${m.version}`);
-      el("title", {}, g, `policy v${m.version} (${m.action}) by ${m.by}, ${timeLabel.format(new Date(m.at * 1000))}`);
+      // "*v3": version 3 of the default (tenant *), which the route followed then.
+      el("text", { x: x(m.at) + 2, y: T - 4 + row * 10, fill: "#b00" }, g, `${m.default ? "*" : ""}v${m.version}`);
+      const whose = m.default ? "the default policy (tenant *)" : "the route's policy";
+      el("title", {}, g, `${whose} v${m.version} (${m.action}) by ${m.by}, ${timeLabel.format(new Date(m.at * 1000))}`);
     }
     if (!pointsDrawn) el("text", { class: "empty", x: (L + W - R) / 2, y: (T + H - B) / 2, "text-anchor": "middle" }, svg, "no data in this range");
     return { svg, x, y };
@@ -123,7 +127,7 @@ const Charts = (() => {
   // Lines over time: series [{label, values: Map(t → number|null)}], points at bucket middles.
   function line(opts) {
     const all = opts.series.flatMap((s) => [...s.values.values()]).filter((v) => v !== null && v !== undefined);
-    const top = opts.yMax !== undefined ? opts.yMax : Math.max(...all, 1e-9) * 1.05;
+    const top = opts.yMax !== undefined ? opts.yMax : all.length ? Math.max(...all, 1e-9) * 1.05 : 1;
     const ticks = valueTicks(opts.yMin || 0, top, 4);
     const { svg, x, y } = frame(opts, ticks, all.length);
     const mid = (t) => t + opts.bucket / 2;
