@@ -78,21 +78,52 @@ macro_rules! store_contract_tests {
 }
 pub(crate) use store_contract_tests;
 
-/// A record whose every field added since the first schema is set too, so a store that
-/// drops or swaps one (a column left out of a migration) fails the round trip.
+/// A record with every field set, so a store that drops or swaps one (a column left out of a
+/// migration, a decode reading the wrong column) fails the round trip.
 fn record(requests: u64, tokens_out: u64) -> HistoryRecord {
     let mut queue = super::history::LatencyHistogram::default();
+    let (mut ttft, mut itl) = (queue.clone(), queue.clone());
     for _ in 0..requests {
         queue.record(0.004);
+        ttft.record(0.150);
+        itl.record(0.012);
     }
+    // Each field a different multiple of `requests`: a merge of two records is the record of
+    // their sum, and two fields swapped read back different.
+    let r = requests;
+    let secs = |m: f64| m * r as f64;
     HistoryRecord {
         requests,
         tokens_out,
-        cached_tokens: 2 * requests,
+        prompt_tokens: 7 * r,
+        cached_tokens: 2 * r,
+        target_passes: 11 * r,
+        rounds: 13 * r,
+        drafted: 17 * r,
+        accepted: 19 * r,
+        judged: 23 * r,
+        draft_secs: secs(0.25),
+        verify_secs: secs(0.125),
+        e2e_secs: secs(2.0),
+        accepted_per_pos: vec![r, 2 * r],
+        ttft,
+        itl,
         queue,
-        shadow_checks: requests,
-        shadow_plain_tokens: 3 * requests,
-        shadow_plain_secs: 0.5 * requests as f64,
+        shadow_checks: 5 * r,
+        shadow_mismatches: 29 * r,
+        shadow_plain_tokens: 3 * r,
+        shadow_plain_secs: secs(0.5),
+        load_share: Some(secs(0.75)),
+        unlearned: super::history::Evidence {
+            requests: r,
+            rounds: 31 * r,
+            drafted: 37 * r,
+            accepted: 41 * r,
+            judged: 43 * r,
+            draft_secs: secs(0.0625),
+            verify_secs: secs(1.5),
+            load_share: secs(0.375),
+        },
         ..HistoryRecord::default()
     }
 }
