@@ -35,6 +35,10 @@ const T95: [(usize, f64); 15] = [
     (60, 2.000),
 ];
 
+/// Samples each side needs for an interval: with two, t is 12.7 and the interval spans two
+/// orders of magnitude, which reads as a fault rather than as doubt.
+const MIN_SAMPLES: usize = 3;
+
 fn t95(df: usize) -> f64 {
     if df > 120 {
         return 1.96;
@@ -139,14 +143,13 @@ impl SpeedEvidence {
         let ratio = served.zip(plain).map(|(s, p)| s / p);
         // The relative variances add (delta method on the log). Plain requests sit on both
         // sides, which makes the interval wider than it need be, never narrower.
-        let interval = ratio
-            .filter(|_| self.speculative_samples > 0)
-            .and_then(|x| {
-                let v = self.served.relative_variance()? + self.plain.relative_variance()?;
-                let df = self.served.samples().min(self.plain.samples()) - 1;
-                let half = t95(df) * v.sqrt();
-                Some((x * (-half).exp(), x * half.exp()))
-            });
+        let fewest = self.served.samples().min(self.plain.samples());
+        let interval = ratio.filter(|_| self.speculative_samples > 0 && fewest >= MIN_SAMPLES);
+        let interval = interval.and_then(|x| {
+            let v = self.served.relative_variance()? + self.plain.relative_variance()?;
+            let half = t95(fewest - 1) * v.sqrt();
+            Some((x * (-half).exp(), x * half.exp()))
+        });
         Speedup {
             served_tokens_per_second: served,
             plain_tokens_per_second: plain,
@@ -227,17 +230,22 @@ mod tests {
         shadow.shadow_plain_tokens = 60;
         shadow.shadow_plain_secs = 1.0;
         e.add(&k, &shadow);
+        // Two plain samples: a speed-up, but too few for an interval.
+        let two = e.estimate();
+        assert!(two.speedup.is_some() && two.speedup_low.is_none());
+        shadow.shadow_plain_tokens = 50;
+        e.add(&k, &shadow);
         let s = e.estimate();
-        // Served: 350 tokens in 4 s (the plain request is served traffic too); plain: 110 in 2 s.
+        // Served: 350 tokens in 4 s (the plain request is served traffic too); plain: 160 in 3 s.
         assert!((s.served_tokens_per_second.unwrap() - 87.5).abs() < 1e-9);
-        assert!((s.plain_tokens_per_second.unwrap() - 55.0).abs() < 1e-9);
+        assert!((s.plain_tokens_per_second.unwrap() - 160.0 / 3.0).abs() < 1e-9);
         let x = s.speedup.unwrap();
-        assert!((x - 87.5 / 55.0).abs() < 1e-9);
+        assert!((x - 87.5 * 3.0 / 160.0).abs() < 1e-9);
         let (lo, hi) = (s.speedup_low.unwrap(), s.speedup_high.unwrap());
         assert!(lo < x && x < hi, "{lo} < {x} < {hi}");
         assert_eq!(
             (s.plain_requests, s.plain_shadow_checks, s.plain_samples),
-            (1, 1, 2)
+            (1, 2, 3)
         );
         // More samples of the same spread narrow the interval.
         let mut more = e.clone();
