@@ -285,6 +285,23 @@ fn the_dashboard_shows_each_reader_its_own_routes_as_the_api_counts_them() {
         assert_eq!(sees_globex, who == "admin", "{who}: another tenant's data");
     }
 
+    // A link may open the tables sorted: by requests, fewest first.
+    let sorted = dump(
+        &browser,
+        &format!("{}/dashboard#key={ADMIN}&range=hour&sort=requests", s.base),
+    );
+    let first_row = |table: &str| {
+        let at = sorted.find(&format!("id=\"{table}\"")).unwrap();
+        attr(&sorted[at..], "data-route").unwrap().to_string()
+    };
+    assert_eq!(first_row("tenants"), "globex / all");
+    assert_eq!(first_row("routes-table"), "globex / creative");
+    assert!(sorted.contains("data-field=\"requests\" aria-sort=\"ascending\""));
+    // A tenant without traffic gets a page that says so.
+    let idle = s.tenant("initech");
+    let empty = dump(&browser, &format!("{}/dashboard#key={idle}", s.base));
+    assert!(empty.contains("data-ready=\"1\"") && empty.contains("no requests in this range"));
+
     // A tenant's key cannot ask for another tenant; a bad key gets the API's error on the page.
     let other = dump(
         &browser,

@@ -94,8 +94,9 @@ function cell(row, [field, , fmt, kind]) {
   return td;
 }
 
-// A sortable table: a header click sorts by that column, again reverses it.
-function table(node, rows) {
+// A sortable table: a header click sorts by that column, again reverses it; `first` is the
+// order it opens in (from the link's `#sort=field` or `#sort=-field`).
+function table(node, rows, first) {
   const head = document.createElement("tr");
   const body = document.createElement("tbody");
   let sorted = { field: null, dir: 1 };
@@ -112,8 +113,8 @@ function table(node, rows) {
     th.textContent = c[1];
     th.dataset.field = c[0];
     if (c[3]) th.className = "text";
-    th.addEventListener("click", () => {
-      sorted = { field: c[0], dir: sorted.field === c[0] ? -sorted.dir : 1 };
+    const sortBy = (dir) => {
+      sorted = { field: c[0], dir };
       // The mix sorts by its main part's name, then by that part's share.
       const main = (m) => Object.entries(m).sort((a, b) => b[1] - a[1])[0] || ["", 0];
       const key = (r) => (c[0] === "strategy_mix" ? main(r.strategy_mix).join(" ") : r[c[0]]);
@@ -127,13 +128,15 @@ function table(node, rows) {
       head.querySelectorAll("th").forEach((h) => h.removeAttribute("aria-sort"));
       th.setAttribute("aria-sort", sorted.dir > 0 ? "ascending" : "descending");
       fill();
-    });
+    };
+    th.addEventListener("click", () => sortBy(sorted.field === c[0] ? -sorted.dir : 1));
     head.appendChild(th);
+    if (first && first.field === c[0]) sortBy(first.dir);
   }
   const thead = document.createElement("thead");
   thead.appendChild(head);
   node.replaceChildren(thead, body);
-  fill();
+  if (!sorted.field) fill();
 }
 
 function routeCharts(id, rows, range, marks) {
@@ -195,8 +198,11 @@ async function load() {
 }
 
 function draw(summary, series, range, key, q) {
-  table($("tenants"), summary.data.filter((r) => r.class === "all"));
-  table($("routes-table"), summary.data.filter((r) => r.class !== "all"));
+  const hash = new URLSearchParams(location.hash.slice(1));
+  const sort = hash.get("sort") || "";
+  const first = sort && { field: sort.replace(/^-/, ""), dir: sort.startsWith("-") ? -1 : 1 };
+  table($("tenants"), summary.data.filter((r) => r.class === "all"), first);
+  table($("routes-table"), summary.data.filter((r) => r.class !== "all"), first);
   $("csv").dataset.href = "/v1/analytics/summary?" + q + "&format=csv";
   $("csv").onclick = async (e) => {
     e.preventDefault();
@@ -225,7 +231,8 @@ function draw(summary, series, range, key, q) {
     return routeCharts(id, rows, range, marksFor(rows[0].tenant, rows[0].class));
   }));
   const fmt = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
-  $("status").textContent = `${routes.size} routes, ${fmt.format(new Date(range.from * 1000))} – ${fmt.format(new Date(range.to * 1000))} ` +
+  const none = summary.data.length ? "" : "no requests in this range: ";
+  $("status").textContent = `${none}${routes.size} routes, ${fmt.format(new Date(range.from * 1000))} – ${fmt.format(new Date(range.to * 1000))} ` +
     `(${Charts.ZONE}), ${range.bucket} buckets; ${summary.policy_changes.length} policy changes`;
   Object.assign(document.body.dataset, { from: range.from, to: range.to, bucket: range.bucket, ready: "1" });
 }
