@@ -41,6 +41,11 @@ impl HistoryKey {
         }
     }
 
+    /// The plan its requests ran, "strategy:k", as the analytics' strategy mix names it.
+    pub fn plan_label(&self) -> String {
+        format!("{}:{}", self.strategy, self.k)
+    }
+
     /// `tenant ␀ class ␀ strategy ␀ k g start`: a tenant's records are one prefix scan.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = tenant_prefix(&self.tenant);

@@ -119,6 +119,32 @@ impl LatencyHistogram {
     }
 }
 
+/// Latency quantiles in milliseconds (the upper bound of the histogram bucket holding each),
+/// as every analytics row gives them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latencies {
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p95_ms: Option<f64>,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p95_ms: Option<f64>,
+    /// Time requests waited for the engine before their first step (fair scheduling).
+    pub queue_p50_ms: Option<f64>,
+    pub queue_p95_ms: Option<f64>,
+}
+
+impl Latencies {
+    pub fn of(r: &HistoryRecord) -> Self {
+        Latencies {
+            ttft_p50_ms: r.ttft.quantile_ms(0.5),
+            ttft_p95_ms: r.ttft.quantile_ms(0.95),
+            itl_p50_ms: r.itl.quantile_ms(0.5),
+            itl_p95_ms: r.itl.quantile_ms(0.95),
+            queue_p50_ms: r.queue.quantile_ms(0.5),
+            queue_p95_ms: r.queue.quantile_ms(0.95),
+        }
+    }
+}
+
 /// Totals of the requests in one bucket.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HistoryRecord {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use specgate_policies::WorkloadClass;
 
-use super::{HistoryKey, HistoryRecord};
+use super::{HistoryKey, HistoryRecord, Latencies};
 
 /// One analytics row: a route's traffic in one bucket, all strategies together.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -26,13 +26,8 @@ pub struct RouteRow {
     pub mean_accepted_length: f64,
     pub tokens_per_pass: f64,
     pub tokens_per_second: f64,
-    pub ttft_p50_ms: Option<f64>,
-    pub ttft_p95_ms: Option<f64>,
-    pub itl_p50_ms: Option<f64>,
-    pub itl_p95_ms: Option<f64>,
-    /// Time requests waited for the engine before their first step (fair scheduling).
-    pub queue_p50_ms: Option<f64>,
-    pub queue_p95_ms: Option<f64>,
+    #[serde(flatten)]
+    pub latency: Latencies,
     pub shadow_checks: u64,
     pub shadow_mismatches: u64,
     /// Requests per "strategy:k".
@@ -61,8 +56,7 @@ pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> 
         g.0.merge(rec);
         // Shadow-check records carry no requests: they are not part of the mix.
         if rec.requests > 0 {
-            *g.1.entry(format!("{}:{}", key.strategy, key.k))
-                .or_default() += rec.requests;
+            *g.1.entry(key.plan_label()).or_default() += rec.requests;
         }
     }
     groups
@@ -83,12 +77,7 @@ pub fn route_rows(records: &[(HistoryKey, HistoryRecord)], bucket_secs: u64) -> 
             mean_accepted_length: 1.0 + ratio(r.accepted as f64, r.rounds as f64),
             tokens_per_pass: ratio(r.tokens_out as f64, r.target_passes as f64),
             tokens_per_second: ratio(r.tokens_out as f64, r.e2e_secs),
-            ttft_p50_ms: r.ttft.quantile_ms(0.5),
-            ttft_p95_ms: r.ttft.quantile_ms(0.95),
-            itl_p50_ms: r.itl.quantile_ms(0.5),
-            itl_p95_ms: r.itl.quantile_ms(0.95),
-            queue_p50_ms: r.queue.quantile_ms(0.5),
-            queue_p95_ms: r.queue.quantile_ms(0.95),
+            latency: Latencies::of(&r),
             shadow_checks: r.shadow_checks,
             shadow_mismatches: r.shadow_mismatches,
             strategy_mix: mix,
@@ -125,18 +114,18 @@ pub fn rows_csv(rows: &[RouteRow]) -> String {
             r.mean_accepted_length,
             r.tokens_per_pass,
             r.tokens_per_second,
-            opt(r.ttft_p50_ms),
-            opt(r.ttft_p95_ms),
-            opt(r.itl_p50_ms),
-            opt(r.itl_p95_ms),
+            opt(r.latency.ttft_p50_ms),
+            opt(r.latency.ttft_p95_ms),
+            opt(r.latency.itl_p50_ms),
+            opt(r.latency.itl_p95_ms),
             r.shadow_checks,
             r.shadow_mismatches,
             mix.join(" "),
             r.prompt_tokens,
             r.cached_tokens,
             r.prefix_cache_hit_rate,
-            opt(r.queue_p50_ms),
-            opt(r.queue_p95_ms)
+            opt(r.latency.queue_p50_ms),
+            opt(r.latency.queue_p95_ms)
         );
     }
     out
@@ -192,8 +181,8 @@ mod tests {
         waited.queue.record(0.700);
         let key = HistoryKey::minute("a", WorkloadClass::Chat, StrategyKind::Plain, 0, 60);
         let rows = route_rows(&[(key, waited)], 60);
-        assert_eq!(rows[0].queue_p50_ms, Some(5.0));
-        assert_eq!(rows[0].queue_p95_ms, Some(1000.0));
+        assert_eq!(rows[0].latency.queue_p50_ms, Some(5.0));
+        assert_eq!(rows[0].latency.queue_p95_ms, Some(1000.0));
         let csv = rows_csv(&rows);
         let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
         let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();

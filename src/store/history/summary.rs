@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::speedup::{SpeedEvidence, Speedup};
-use super::{HistoryKey, HistoryRecord};
+use super::{HistoryKey, HistoryRecord, Latencies};
 
 /// The class of a tenant's row, which sums its routes.
 pub const ALL_CLASSES: &str = "all";
@@ -24,18 +24,14 @@ pub struct SummaryRow {
     pub acceptance_rate: Option<f64>,
     /// Completion tokens ÷ target passes (the prompt's pass included).
     pub tokens_per_pass: Option<f64>,
-    pub ttft_p50_ms: Option<f64>,
-    pub ttft_p95_ms: Option<f64>,
-    pub itl_p50_ms: Option<f64>,
-    pub itl_p95_ms: Option<f64>,
+    #[serde(flatten)]
+    pub latency: Latencies,
     /// Share of requests per "strategy:k".
     pub strategy_mix: BTreeMap<String, f64>,
     #[serde(flatten)]
     pub speed: Speedup,
     /// Cached ÷ prompt tokens; None without prompt tokens.
     pub prefix_cache_hit_rate: Option<f64>,
-    pub queue_p50_ms: Option<f64>,
-    pub queue_p95_ms: Option<f64>,
     pub shadow_checks: u64,
     pub shadow_mismatches: u64,
 }
@@ -51,10 +47,7 @@ impl Group {
     fn add(&mut self, key: &HistoryKey, rec: &HistoryRecord) {
         self.totals.merge(rec);
         if rec.requests > 0 {
-            *self
-                .mix
-                .entry(format!("{}:{}", key.strategy, key.k))
-                .or_default() += rec.requests;
+            *self.mix.entry(key.plan_label()).or_default() += rec.requests;
         }
         self.speed.add(key, rec);
     }
@@ -78,10 +71,7 @@ impl Group {
             completion_tokens: r.tokens_out,
             acceptance_rate: part(r.accepted, r.drafted),
             tokens_per_pass: part(r.tokens_out, r.target_passes),
-            ttft_p50_ms: r.ttft.quantile_ms(0.5),
-            ttft_p95_ms: r.ttft.quantile_ms(0.95),
-            itl_p50_ms: r.itl.quantile_ms(0.5),
-            itl_p95_ms: r.itl.quantile_ms(0.95),
+            latency: Latencies::of(r),
             strategy_mix: self
                 .mix
                 .iter()
@@ -89,8 +79,6 @@ impl Group {
                 .collect(),
             speed: self.speed.estimate(),
             prefix_cache_hit_rate: part(r.cached_tokens, r.prompt_tokens),
-            queue_p50_ms: r.queue.quantile_ms(0.5),
-            queue_p95_ms: r.queue.quantile_ms(0.95),
             shadow_checks: r.shadow_checks,
             shadow_mismatches: r.shadow_mismatches,
         }
@@ -253,7 +241,11 @@ mod tests {
             BTreeMap::from([("ngram:4".into(), 0.5), ("suffix:4".into(), 0.5)])
         );
         assert_eq!(
-            (chat.ttft_p50_ms, chat.itl_p95_ms, chat.queue_p95_ms),
+            (
+                chat.latency.ttft_p50_ms,
+                chat.latency.itl_p95_ms,
+                chat.latency.queue_p95_ms
+            ),
             (Some(30.0), Some(15.0), Some(2.0))
         );
         assert_eq!(all.speed.speedup, None, "no plain decoding measured");
